@@ -1,0 +1,160 @@
+"""Configuration: frozen dataclasses with commented fields, and named presets.
+
+Presets follow the paper's section 5.2 where it has one: `medium` is the 2x650 LSTM of the PTB
+table (window 100, dropout 0.5, batch 32, BPTT 100, gradient norm clipped at 1). `tiny` is for
+tests, `small` (2x200) for CPU benchmarks, `large` (2x1500) for completeness. Trainers map
+flags onto these; the library itself never reads flags.
+"""
+
+import dataclasses
+
+MODEL_KINDS = ("psmm", "lstm")
+POINTER_MEMORY_MODES = ("recompute", "cache")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The network."""
+
+    # "psmm" (pointer sentinel-LSTM) or "lstm" (the softmax-only baseline, same backbone).
+    kind: str = "psmm"
+    # Size of the softmax vocabulary; set from the data's vocabulary.
+    vocab_size: int = 10000
+    # Width of the word embedding.
+    embedding_dim: int = 650
+    # Units of every LSTM layer; the last layer's size is the pointer's key/query size D.
+    hidden_dim: int = 650
+    # Number of stacked LSTM layers.
+    num_layers: int = 2
+    # The pointer's window L: how many recent hidden states (its own included) it scores.
+    window_size: int = 100
+    # Locked (variational) dropout on the embedding output, i.e. the input of layer 1.
+    input_dropout: float = 0.5
+    # Locked dropout between LSTM layers (the input of layers 2..n).
+    hidden_dropout: float = 0.5
+    # Locked dropout on the output of the last layer, before the softmax and the pointer.
+    output_dropout: float = 0.5
+    # Zoneout probability on the recurrent state (h and c) of every LSTM layer.
+    zoneout: float = 0.1
+    # Seed of the initialisers and dropout masks (None: nondeterministic).
+    seed: int | None = None
+
+    def __post_init__(self):
+        _check_choice("kind", self.kind, MODEL_KINDS)
+        for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size"):
+            _check_positive_int(name, getattr(self, name))
+        for name in ("input_dropout", "hidden_dropout", "output_dropout", "zoneout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and the windowed training scheme (DESIGN.md section 3)."""
+
+    # Number of contiguous streams the corpus is cut into (rows of a batch).
+    batch_size: int = 32
+    # T: positions whose loss is taken per window (BPTT length of the cache mode).
+    num_predicted: int = 100
+    # "recompute": windows of C + T tokens, C = window_size - 1 context positions recomputed
+    # with the current weights (C = L - 1, T = 1 is the paper's k1 = 1, k2 = L);
+    # "cache": T-token windows with the previous window's hidden states as a stop-gradient memory.
+    pointer_memory: str = "cache"
+    # C for "recompute"; None means window_size - 1. Ignored by "cache" (C = 0).
+    context_length: int | None = None
+    # "sgd" or "adam".
+    optimizer: str = "sgd"
+    # Initial learning rate.
+    learning_rate: float = 1.0
+    # Global gradient norm clipping (paper: 1).
+    clip_norm: float = 1.0
+    # The learning rate is multiplied by this when validation perplexity gets worse (paper: 0.5).
+    lr_decay: float = 0.5
+    # Stop after this many epochs without a better validation perplexity (paper: 3).
+    patience: int = 3
+    # At most this many epochs (paper: 64).
+    max_epochs: int = 64
+    # Limit of training steps per epoch (None: the whole training split).
+    steps_per_epoch: int | None = None
+    # Batch size and window length of the exact evaluation (batch 1 keeps every history whole).
+    eval_batch_size: int = 1
+    eval_length: int = 100
+    # Seed of the run (initialisation, dropout, data offsets).
+    seed: int = 0
+
+    def __post_init__(self):
+        _check_choice("pointer_memory", self.pointer_memory, POINTER_MEMORY_MODES)
+        _check_choice("optimizer", self.optimizer, ("sgd", "adam"))
+        for name in ("batch_size", "num_predicted", "patience", "max_epochs", "eval_batch_size",
+                     "eval_length"):
+            _check_positive_int(name, getattr(self, name))
+        if self.context_length is not None and self.context_length < 0:
+            raise ValueError(f"context_length must be >= 0, got {self.context_length!r}.")
+        for name in ("learning_rate", "clip_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}.")
+        if not 0.0 < self.lr_decay <= 1.0:
+            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}.")
+
+    def resolved_context_length(self, window_size):
+        """C: the context positions of a training window for this config."""
+        if self.pointer_memory == "cache":
+            return 0
+        return window_size - 1 if self.context_length is None else self.context_length
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """A model and how to train it."""
+
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+
+    def replace(self, model=None, train=None):
+        """A copy with fields of `model` and `train` (dicts) replaced."""
+        return ExperimentConfig(
+            model=dataclasses.replace(self.model, **(model or {})),
+            train=dataclasses.replace(self.train, **(train or {})),
+        )
+
+
+PRESETS = {
+    # Seconds on a CPU: for tests only.
+    "tiny": ExperimentConfig(
+        ModelConfig(embedding_dim=16, hidden_dim=16, num_layers=2, window_size=8,
+                    input_dropout=0.1, hidden_dropout=0.1, output_dropout=0.1, zoneout=0.1),
+        TrainConfig(batch_size=4, num_predicted=8, max_epochs=2, eval_length=16),
+    ),
+    # 2x200, window 50: CPU benchmarks and quick real-data runs.
+    "small": ExperimentConfig(
+        ModelConfig(embedding_dim=200, hidden_dim=200, num_layers=2, window_size=50,
+                    input_dropout=0.3, hidden_dropout=0.3, output_dropout=0.3, zoneout=0.1),
+        TrainConfig(batch_size=20, num_predicted=35, eval_length=100),
+    ),
+    # The paper's PTB model: 2x650, window 100, dropout 0.5, batch 32, BPTT 100.
+    "medium": ExperimentConfig(ModelConfig(), TrainConfig()),
+    # 2x1500 (the size of Zaremba et al.'s large model).
+    "large": ExperimentConfig(
+        ModelConfig(embedding_dim=1500, hidden_dim=1500, num_layers=2, window_size=100,
+                    input_dropout=0.65, hidden_dropout=0.65, output_dropout=0.65, zoneout=0.1),
+        TrainConfig(batch_size=32, num_predicted=100),
+    ),
+}
+
+
+def get_preset(name):
+    """The `ExperimentConfig` of a named preset ("tiny", "small", "medium", "large")."""
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}; expected one of {sorted(PRESETS)}.")
+    return PRESETS[name]
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+
+
+def _check_positive_int(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")

@@ -1,0 +1,26 @@
+"""Keras layers and mixture ops of the pointer sentinel mixture model and its relatives."""
+
+from psmm_tf.layers.locked_dropout import LockedDropout
+from psmm_tf.layers.mixture import (
+    mixture_distribution,
+    checked_ids,
+    mixture_log_prob,
+    pointer_loss,
+    pointer_mass,
+    vocab_log_prob,
+)
+from psmm_tf.layers.pointer_sentinel import PointerSentinel, window_band
+from psmm_tf.layers.zoneout_lstm import ZoneoutLSTM
+
+__all__ = [
+    "LockedDropout",
+    "PointerSentinel",
+    "ZoneoutLSTM",
+    "mixture_distribution",
+    "mixture_log_prob",
+    "pointer_loss",
+    "pointer_mass",
+    "vocab_log_prob",
+    "window_band",
+    "checked_ids",
+]

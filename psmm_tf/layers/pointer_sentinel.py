@@ -1,0 +1,164 @@
+"""The pointer network with a sentinel (Merity et al. 2016, section 2.3-2.4)."""
+
+import keras
+from keras import ops
+
+from psmm_tf.layers import shapes
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class PointerSentinel(keras.layers.Layer):
+    """Attention over the last `window_size` hidden states plus a learned sentinel.
+
+    For each position t the layer forms a query `q = tanh(W h_t + b)` (paper eq. 4), scores
+    the keys in its window `z_i = q . h_i` (eq. 5), adds the sentinel's score `q . s`, and takes
+    one softmax over `[z; q . s]` (eq. 7). The sentinel's share of that softmax is the gate `g`
+    (eq. 8): how much of the probability mass goes to the vocabulary softmax. The remaining mass
+    `a_i` is spread over the window and is copied onto the word at each key (eq. 3).
+
+    Keys are `concat([memory, hidden], axis=1)`: `M` carried hidden states (zero or more, e.g. the
+    previous window's last states, or the context part of a recomputed window) followed by the
+    `T` query positions themselves. Query `t` attends the keys `M + t - L + 1 .. M + t` (its own
+    state included, never a later one); keys whose `memory_mask` is False (empty slots before
+    the start of the text) are never attended. Only `W`, `b` and `s` are parameters
+    (`D^2 + 2 D`).
+
+    Args:
+        window_size: int. Number of most recent hidden states a position may point to (`L` in
+            the paper), its own state included. Must be >= 1.
+        kernel_initializer: initializer of the query kernel `W`.
+        sentinel_initializer: initializer of the sentinel vector `s`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        hidden: float tensor of shape `(batch_size, T, D)`, the queries and the newest keys.
+        memory: optional float tensor `(batch_size, M, D)`: older keys. None means `M = 0`.
+        memory_mask: optional bool tensor `(batch_size, M)`; False marks an empty memory slot.
+            None means all slots are valid.
+
+    Returns:
+        A tuple `(attention, gate)`: `attention` of shape `(batch_size, T, M + T)`, zero outside
+        each position's window, and `gate` of shape `(batch_size, T)`, with
+        `attention.sum(-1) + gate == 1`.
+
+    Example:
+    ```python
+    pointer = PointerSentinel(window_size=100)
+    attention, gate = pointer(hidden)  # hidden: (32, 100, 650)
+    ```
+
+    References:
+        - [Merity et al., 2016](https://arxiv.org/abs/1609.07843)
+    """
+
+    def __init__(
+        self,
+        window_size,
+        kernel_initializer="glorot_uniform",
+        sentinel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(window_size, int) or isinstance(window_size, bool) or window_size < 1:
+            raise ValueError(f"window_size must be an integer >= 1, got {window_size!r}.")
+        self.window_size = window_size
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.sentinel_initializer = keras.initializers.get(sentinel_initializer)
+
+    def build(self, hidden_shape, memory_shape=None, memory_mask_shape=None):
+        dim = hidden_shape[-1]
+        if dim is None:
+            raise ValueError(f"The last dimension of `hidden` must be known, got {hidden_shape}.")
+        self.query_kernel = self.add_weight(
+            name="query_kernel", shape=(dim, dim), initializer=self.kernel_initializer
+        )
+        self.query_bias = self.add_weight(name="query_bias", shape=(dim,), initializer="zeros")
+        # The sentinel is a key like any other, so it is initialised like the query kernel's
+        # columns; (1, D) keeps glorot's fan computation meaningful.
+        self.sentinel = self.add_weight(
+            name="sentinel", shape=(dim,), initializer=self._sentinel_init
+        )
+
+    def _sentinel_init(self, shape, dtype=None):
+        return ops.reshape(self.sentinel_initializer((1, shape[0]), dtype=dtype), shape)
+
+    def call(self, hidden, memory=None, memory_mask=None):
+        shapes.check_rank("hidden", hidden, 3)
+        keys, key_mask = self._keys(hidden, memory, memory_mask)
+        num_queries = ops.shape(hidden)[1]
+        num_memory = ops.shape(keys)[1] - num_queries
+
+        # Paper eq. 4: q = tanh(W h_t + b). Scores in float32 (stable under mixed precision).
+        query = ops.tanh(ops.matmul(hidden, self.query_kernel) + self.query_bias)
+        query = ops.cast(query, "float32")
+        keys = ops.cast(keys, "float32")
+        key_scores = ops.einsum("btd,bkd->btk", query, keys)  # eq. 5: z_i = q . h_i
+        sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, "float32"))
+
+        allowed = window_band(num_queries, num_memory, self.window_size)  # [T, M + T]
+        allowed = ops.logical_and(allowed[None, :, :], key_mask[:, None, :])
+        # A finite very negative score gives exactly zero weight after the softmax, and unlike
+        # -inf keeps the gradient of masked scores finite (zero).
+        key_scores = ops.where(allowed, key_scores, -1e30)
+
+        # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
+        scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
+        weights = ops.softmax(scores, axis=-1)
+        attention = ops.where(allowed, weights[..., :-1], 0.0)
+        gate = weights[..., -1]
+        return attention, gate
+
+    def _keys(self, hidden, memory, memory_mask):
+        """Returns keys [B, M + T, D] and their validity [B, M + T]."""
+        batch_size, num_queries = ops.shape(hidden)[0], ops.shape(hidden)[1]
+        hidden_mask = ops.ones((batch_size, num_queries), dtype="bool")
+        if memory is None:
+            if memory_mask is not None:
+                raise ValueError("`memory_mask` was given without `memory`.")
+            return hidden, hidden_mask
+        shapes.check_rank("memory", memory, 3)
+        shapes.check_same_static_dim("memory", memory, 2, "hidden", hidden, 2)
+        shapes.check_same_static_dim("memory", memory, 0, "hidden", hidden, 0)
+        if memory_mask is None:
+            memory_mask = ops.ones(ops.shape(memory)[:2], dtype="bool")
+        else:
+            shapes.check_rank("memory_mask", memory_mask, 2)
+            shapes.check_same_static_dim("memory_mask", memory_mask, 1, "memory", memory, 1)
+            memory_mask = ops.cast(memory_mask, "bool")
+        keys = ops.concatenate([ops.cast(memory, hidden.dtype), hidden], axis=1)
+        return keys, ops.concatenate([memory_mask, hidden_mask], axis=1)
+
+    def compute_output_shape(self, hidden_shape, memory_shape=None, memory_mask_shape=None):
+        num_memory = 0 if memory_shape is None else memory_shape[1]
+        num_keys = None if num_memory is None or hidden_shape[1] is None else (
+            num_memory + hidden_shape[1]
+        )
+        return (hidden_shape[0], hidden_shape[1], num_keys), (hidden_shape[0], hidden_shape[1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "window_size": self.window_size,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "sentinel_initializer": keras.initializers.serialize(self.sentinel_initializer),
+            }
+        )
+        return config
+
+
+def window_band(num_queries, num_memory, window_size):
+    """Which keys each query may attend: a band of width `window_size` ending at itself.
+
+    Args:
+        num_queries: int or scalar tensor. `T`, the number of query positions.
+        num_memory: int or scalar tensor. `M`, the number of memory keys before them.
+        window_size: int. `L`.
+
+    Returns:
+        Bool tensor of shape `(T, M + T)`: True where `M + t - L + 1 <= k <= M + t`.
+    """
+    query_position = ops.arange(num_queries)[:, None] + num_memory
+    key_position = ops.arange(num_memory + num_queries)[None, :]
+    offset = query_position - key_position
+    return ops.logical_and(offset >= 0, offset < window_size)

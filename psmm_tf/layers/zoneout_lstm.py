@@ -1,0 +1,143 @@
+"""An LSTM layer with zoneout on its recurrent state (Krueger et al. 2016)."""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class ZoneoutLSTM(keras.layers.Layer):
+    """A single LSTM layer over a sequence, with zoneout and an explicit, carried state.
+
+    Zoneout keeps each unit of the cell and hidden state at its previous value with probability
+    `zoneout` during training, `c_t = d * c_{t-1} + (1 - d) * c'_t` with `d ~ Bernoulli(zoneout)`
+    per unit and step (the same for `h`), and uses the expectation
+    `zoneout * c_{t-1} + (1 - zoneout) * c'_t` at inference, as Krueger et al. do.
+
+    The input projection `x_t W` of every step is one matrix product before the recurrence; the
+    loop only does `h_{t-1} U`. The layer uses no cuDNN kernel, so it compiles under XLA on every
+    device. Gate order is Keras' (input, forget, cell, output); the forget bias starts at 1.
+
+    Args:
+        units: int. Size of the hidden and cell state.
+        zoneout: float in [0, 1). Probability of keeping each state unit's previous value.
+        seed: optional int. Seed of the zoneout masks.
+        kernel_initializer, recurrent_initializer: initializers of `W` and `U`.
+
+    Call arguments:
+        inputs: float `(batch_size, T, input_dim)`.
+        initial_state: optional pair `(h, c)`, each `(batch_size, units)`; zeros when None.
+        step_mask: optional bool `(batch_size, T)`. Where False the state is carried unchanged (the
+            position does not exist: before the start or after the end of a text).
+        training: bool. Zoneout masks are sampled only when True.
+        state_index: optional static int `j`. The returned state is the one after step `j`
+            (default: the last step). Used to carry the state of overlapping windows.
+
+    Returns:
+        `(outputs, (h, c))`: `outputs` `(batch_size, T, units)` is the hidden state after every
+        step; `(h, c)` the state after step `state_index`.
+
+    References:
+        - [Krueger et al., 2016](https://arxiv.org/abs/1606.01305)
+    """
+
+    def __init__(
+        self,
+        units,
+        zoneout=0.0,
+        seed=None,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not 0.0 <= zoneout < 1.0:
+            raise ValueError(f"zoneout must be in [0, 1), got {zoneout!r}.")
+        self.units = units
+        self.zoneout = float(zoneout)
+        self.seed = seed
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def build(self, input_shape):
+        units = self.units
+        self.kernel = self.add_weight(
+            name="kernel", shape=(input_shape[-1], 4 * units), initializer=self.kernel_initializer
+        )
+        self.recurrent_kernel = self.add_weight(
+            name="recurrent_kernel", shape=(units, 4 * units),
+            initializer=self.recurrent_initializer,
+        )
+
+        def bias_initializer(shape, dtype=None):
+            # Forget-gate bias of 1 (Jozefowicz et al. 2015), as Keras' unit_forget_bias.
+            return ops.concatenate(
+                [ops.zeros((units,)), ops.ones((units,)), ops.zeros((2 * units,))]
+            )
+
+        self.bias = self.add_weight(name="bias", shape=(4 * units,), initializer=bias_initializer)
+
+    def zero_state(self, batch_size):
+        """Zero `(h, c)` for `batch_size` sequences."""
+        zeros = ops.zeros((batch_size, self.units), dtype=self.compute_dtype)
+        return zeros, zeros
+
+    def call(self, inputs, initial_state=None, step_mask=None, training=False, state_index=None):
+        batch_size, num_steps = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        if initial_state is None:
+            initial_state = self.zero_state(batch_size)
+        if step_mask is None:
+            step_mask = ops.ones((batch_size, num_steps), dtype="bool")
+        projected = ops.matmul(inputs, self.kernel) + self.bias  # [B, T, 4H], hoisted
+        keep_h, keep_c = self._zoneout_keep(batch_size, num_steps, training)
+
+        time_major = [
+            tf.transpose(projected, [1, 0, 2]),
+            tf.transpose(tf.cast(step_mask, projected.dtype), [1, 0])[..., None],
+            tf.transpose(keep_h, [1, 0, 2]),
+            tf.transpose(keep_c, [1, 0, 2]),
+        ]
+        initial = tuple(ops.cast(s, projected.dtype) for s in initial_state)
+        all_h, all_c = tf.scan(self._step, time_major, initializer=initial)
+        outputs = tf.transpose(all_h, [1, 0, 2])
+        index = -1 if state_index is None else state_index
+        return outputs, (all_h[index], all_c[index])
+
+    def _step(self, state, step_inputs):
+        h_prev, c_prev = state
+        projected, valid, keep_h, keep_c = step_inputs
+        gates = projected + tf.matmul(h_prev, self.recurrent_kernel)
+        i, f, g, o = tf.split(gates, 4, axis=-1)
+        c_new = tf.sigmoid(f) * c_prev + tf.sigmoid(i) * tf.tanh(g)
+        h_new = tf.sigmoid(o) * tf.tanh(c_new)
+        # Zoneout: keep the previous value with weight keep (0/1 in training, p at inference);
+        # positions that do not exist (valid == 0) keep the whole state.
+        keep_c = 1.0 - valid * (1.0 - keep_c)
+        keep_h = 1.0 - valid * (1.0 - keep_h)
+        c = keep_c * c_prev + (1.0 - keep_c) * c_new
+        h = keep_h * h_prev + (1.0 - keep_h) * h_new
+        return h, c
+
+    def _zoneout_keep(self, batch_size, num_steps, training):
+        """Per-unit weights of the previous state: `(B, T, H)` each for h and c."""
+        shape = (batch_size, num_steps, self.units)
+        if training and self.zoneout > 0.0:
+            draws = keras.random.uniform((2,) + shape, seed=self.seed_generator)
+            keep = ops.cast(draws < self.zoneout, self.compute_dtype)
+            return keep[0], keep[1]
+        keep = ops.full(shape, self.zoneout, dtype=self.compute_dtype)
+        return keep, keep
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "units": self.units,
+                "zoneout": self.zoneout,
+                "seed": self.seed,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "recurrent_initializer": keras.initializers.serialize(self.recurrent_initializer),
+            }
+        )
+        return config

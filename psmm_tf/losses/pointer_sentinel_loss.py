@@ -1,0 +1,74 @@
+"""The training loss of the pointer sentinel mixture model (paper eq. 9)."""
+
+import keras
+import tensorflow as tf
+
+from psmm_tf.layers import mixture
+
+_REDUCTIONS = ("sum_over_batch_size", "mean_with_sample_weight", "sum", "none")
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class PointerSentinelLoss(keras.losses.Loss):
+    """`-log p(y) - pointer_weight * log(g + sum_{i: x_i = y} a_i)`, per target (eq. 9).
+
+    The first term is the mixture's negative log-likelihood; the second supervises the pointer
+    directly: its mass should sit on the target's occurrences in the window, or on the sentinel
+    where the target is absent. `pointer_weight=0` drops the second term (an ablation).
+
+    Args:
+        pointer_weight: float >= 0. Weight of the pointer term; the paper uses 1.
+        reduction: one of "sum_over_batch_size" (Keras' default: divide by the number of
+            targets), "mean_with_sample_weight" (divide by the sum of the weights), "sum", "none".
+        name: name of the loss.
+
+    Call arguments:
+        y_true: int `(batch_size, T)`, the targets.
+        y_pred: dict with `vocab_logits` `(batch_size, T, V)`, `attention` `(batch_size, T, K)`,
+            `gate` `(batch_size, T)` and `key_ids` `(batch_size, K)`: the outputs of
+            `PointerSentinelLM`.
+        sample_weight: optional float `(batch_size, T)`, e.g. zero for padding.
+
+    Returns:
+        The reduced loss (a scalar with the default reduction).
+    """
+
+    def __init__(self, pointer_weight=1.0, reduction="sum_over_batch_size",
+                 name="pointer_sentinel_loss", dtype=None):
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        if pointer_weight < 0:
+            raise ValueError(f"pointer_weight must be >= 0, got {pointer_weight!r}.")
+        self.pointer_weight = float(pointer_weight)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # keras.losses.Loss.__call__ would cast every input, the key ids included, to the loss
+        # dtype; the ids must stay integers, so the values are computed and reduced here.
+        values = self.call(y_true, y_pred)
+        if sample_weight is None:
+            sample_weight = tf.ones_like(values)
+        sample_weight = tf.cast(sample_weight, values.dtype)
+        values = values * sample_weight
+        if self.reduction == "none":
+            return values
+        total = tf.reduce_sum(values)
+        if self.reduction == "sum":
+            return total
+        if self.reduction == "mean_with_sample_weight":
+            return tf.math.divide_no_nan(total, tf.reduce_sum(sample_weight))
+        return tf.math.divide_no_nan(total, tf.cast(tf.size(values), values.dtype))
+
+    def call(self, y_true, y_pred):
+        targets = tf.cast(y_true, tf.int32)
+        key_ids = tf.cast(y_pred["key_ids"], tf.int32)
+        attention, gate = y_pred["attention"], y_pred["gate"]
+        nll = -mixture.mixture_log_prob(y_pred["vocab_logits"], attention, gate, key_ids, targets)
+        if self.pointer_weight == 0.0:
+            return nll
+        return nll + self.pointer_weight * mixture.pointer_loss(attention, gate, key_ids, targets)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"pointer_weight": self.pointer_weight})
+        return config

@@ -1,0 +1,126 @@
+"""The recurrent component: embedding, a stack of zoneout LSTMs and locked dropout."""
+
+import keras
+from keras import ops
+
+from psmm_tf.layers import LockedDropout, ZoneoutLSTM, checked_ids
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class LSTMBackbone(keras.layers.Layer):
+    """Embedding + `num_layers` LSTM layers with variational dropout and zoneout.
+
+    Locked dropout is applied to the input of every layer (`input_dropout` on the embedding,
+    `hidden_dropout` between layers) and to the output of the last (`output_dropout`), and
+    zoneout to every layer's recurrent state, as in the paper's regularised LSTM (section 5.2).
+    All of it is active only in training.
+
+    Args:
+        vocab_size: int. Number of token ids.
+        embedding_dim: int. Width of the word embedding.
+        hidden_dim: int. Units of every LSTM layer (the output size D).
+        num_layers: int. Number of LSTM layers.
+        input_dropout, hidden_dropout, output_dropout: floats in [0, 1).
+        zoneout: float in [0, 1). Zoneout probability of every layer's state.
+        seed: optional int. Base seed of the initialisers and random masks.
+
+    Call arguments:
+        token_ids: int `(batch_size, T)`.
+        initial_state: optional tuple of `num_layers` pairs `(h, c)`, each `(batch_size, H)`.
+        token_mask: optional bool `(batch_size, T)`; False positions leave the state unchanged.
+        training: bool.
+        state_index: optional static int; the returned state is the one after that step.
+
+    Returns:
+        `(hidden, state)`: the last layer's outputs `(batch_size, T, hidden_dim)` after output
+        dropout, and the tuple of per-layer `(h, c)` after step `state_index` (default: last).
+    """
+
+    def __init__(self, vocab_size, embedding_dim, hidden_dim, num_layers, input_dropout=0.0,
+                 hidden_dropout=0.0, output_dropout=0.0, zoneout=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.embedding_dim = embedding_dim
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.input_dropout = input_dropout
+        self.hidden_dropout = hidden_dropout
+        self.output_dropout = output_dropout
+        self.zoneout = zoneout
+        self.seed = seed
+
+        def sub_seed(offset):
+            return None if seed is None else seed + offset
+
+        self.embedding = keras.layers.Embedding(
+            vocab_size, embedding_dim,
+            embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1, seed=sub_seed(0)),
+            name="embedding",
+        )
+        self.lstm_layers = [
+            ZoneoutLSTM(
+                hidden_dim, zoneout=zoneout, seed=sub_seed(10 + i),
+                kernel_initializer=keras.initializers.GlorotUniform(seed=sub_seed(20 + i)),
+                recurrent_initializer=keras.initializers.Orthogonal(seed=sub_seed(30 + i)),
+                name=f"lstm_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        rates = [input_dropout] + [hidden_dropout] * (num_layers - 1) + [output_dropout]
+        self.dropouts = [
+            LockedDropout(rate, seed=sub_seed(40 + i), name=f"locked_dropout_{i}")
+            for i, rate in enumerate(rates)
+        ]
+
+    def build(self, input_shape=None):
+        self.embedding.build((None, None))
+        input_dim = self.embedding_dim
+        for layer in self.lstm_layers:
+            layer.build((None, None, input_dim))
+            input_dim = self.hidden_dim
+        for layer in self.dropouts:
+            layer.build((None, None, None))
+        self.built = True
+
+    def zero_state(self, batch_size):
+        """The all-zero state: a tuple of `num_layers` pairs `(h, c)`."""
+        return tuple(layer.zero_state(batch_size) for layer in self.lstm_layers)
+
+    def call(self, token_ids, initial_state=None, token_mask=None, training=False,
+             state_index=None):
+        token_ids = checked_ids("token_ids", token_ids, self.vocab_size)
+        if initial_state is None:
+            initial_state = self.zero_state(ops.shape(token_ids)[0])
+        if len(initial_state) != self.num_layers:
+            raise ValueError(
+                f"initial_state must hold one (h, c) pair per layer ({self.num_layers}), "
+                f"got {len(initial_state)}."
+            )
+        x = self.embedding(token_ids)
+        final_state = []
+        for i, layer in enumerate(self.lstm_layers):
+            x = self.dropouts[i](x, training=training)
+            x, layer_state = layer(
+                x, initial_state=initial_state[i], step_mask=token_mask, training=training,
+                state_index=state_index,
+            )
+            final_state.append(layer_state)
+        x = self.dropouts[-1](x, training=training)
+        return x, tuple(final_state)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "embedding_dim": self.embedding_dim,
+                "hidden_dim": self.hidden_dim,
+                "num_layers": self.num_layers,
+                "input_dropout": self.input_dropout,
+                "hidden_dropout": self.hidden_dropout,
+                "output_dropout": self.output_dropout,
+                "zoneout": self.zoneout,
+                "seed": self.seed,
+            }
+        )
+        return config

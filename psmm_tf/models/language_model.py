@@ -1,0 +1,232 @@
+"""What every language model of the package shares: windows, carried state and memory, score."""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from psmm_tf.models.backbone import LSTMBackbone
+
+
+class LanguageModel(keras.Model):
+    """Base of the language-model tasks: an `LSTMBackbone`, a vocabulary softmax, and a head.
+
+    A forward pass reads a window of `C + T` tokens: `C` leading context positions (recomputed
+    with the current weights, never predicted) and `T` predicted positions. Besides the window
+    it takes and returns the carried LSTM state and a memory of the `window_size - 1` most
+    recent hidden states with their token ids, so long texts are read in pieces with the same
+    result as in one (DESIGN.md section 3). Subclasses add the head on top of the hidden states.
+
+    Args:
+        vocab_size: int. Size of the softmax vocabulary.
+        embedding_dim, hidden_dim, num_layers: sizes of the backbone.
+        window_size: int. `L`: hidden states a position may look back at, its own included.
+        input_dropout, hidden_dropout, output_dropout, zoneout: regularisation of the backbone.
+        seed: optional int. Seed of the initialisers and random masks.
+
+    Call arguments:
+        token_ids: int `(batch_size, C + T)`.
+        token_mask: optional bool `(batch_size, C + T)`; False marks positions that do not exist
+            (before the start of the text, padding after its end).
+        state: optional tuple of `num_layers` pairs `(h, c)`; zeros when None.
+        memory: optional dict with `hidden` `(batch_size, M, D)`, `token_ids` `(batch_size, M)`
+            and `mask` `(batch_size, M)`, `M = window_size - 1`, e.g. the previous call's
+            `memory`. Its hidden states are constants (no gradient flows into them).
+        context_length: static int `C >= 0`.
+        training: bool.
+
+    Returns:
+        A dict with `vocab_logits` `(batch_size, T, V)`, `hidden` `(batch_size, T, D)`,
+        `key_ids` `(batch_size, K)` (the token at each key, `K = M' + C + T` with `M'` the
+        memory's length or 0), `state` (after the first `T` positions: where the next window,
+        `T` tokens later, starts), `memory` (the last `M` hidden states, ids and mask), plus the
+        head's outputs.
+    """
+
+    def __init__(self, vocab_size, embedding_dim=650, hidden_dim=650, num_layers=2,
+                 window_size=100, input_dropout=0.5, hidden_dropout=0.5, output_dropout=0.5,
+                 zoneout=0.1, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(window_size, int) or window_size < 1:
+            raise ValueError(f"window_size must be an integer >= 1, got {window_size!r}.")
+        self.vocab_size = vocab_size
+        self.embedding_dim = embedding_dim
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.window_size = window_size
+        self.input_dropout = input_dropout
+        self.hidden_dropout = hidden_dropout
+        self.output_dropout = output_dropout
+        self.zoneout = zoneout
+        self.seed = seed
+        self.backbone = LSTMBackbone(
+            vocab_size, embedding_dim, hidden_dim, num_layers, input_dropout=input_dropout,
+            hidden_dropout=hidden_dropout, output_dropout=output_dropout, zoneout=zoneout,
+            seed=seed, name="backbone",
+        )
+        self.vocab_head = keras.layers.Dense(
+            vocab_size, kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
+            name="vocab_head",
+        )
+        self._score_function = None
+        self.build()
+
+    @property
+    def memory_size(self):
+        """`M = window_size - 1`: the states older than a position that its window can reach."""
+        return self.window_size - 1
+
+    def build(self, input_shape=None):
+        self.backbone.build()
+        self.vocab_head.build((None, None, self.hidden_dim))
+        self.build_head()
+        self.built = True
+
+    def build_head(self):
+        """Builds the subclass's head on hidden states of width `hidden_dim`."""
+
+    def head_outputs(self, hidden, older_hidden, older_mask):
+        """The subclass's extra outputs for queries `hidden` and older keys (or None)."""
+        return {}
+
+    def log_prob(self, outputs, targets):
+        """Per-target log-probabilities `(batch_size, T)` from this model's `outputs`."""
+        raise NotImplementedError
+
+    def distribution(self, outputs):
+        """The predictive distribution `(batch_size, T, V)` from this model's `outputs`."""
+        raise NotImplementedError
+
+    def zero_state(self, batch_size):
+        """The all-zero LSTM state for `batch_size` streams."""
+        return self.backbone.zero_state(batch_size)
+
+    def empty_memory(self, batch_size):
+        """A memory with every slot empty (the start of a text)."""
+        size = self.memory_size
+        return {
+            "hidden": ops.zeros((batch_size, size, self.hidden_dim), dtype=self.compute_dtype),
+            "token_ids": ops.zeros((batch_size, size), dtype="int32"),
+            "mask": ops.zeros((batch_size, size), dtype="bool"),
+        }
+
+    def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
+             training=False):
+        token_ids = ops.cast(token_ids, "int32")
+        window = ops.shape(token_ids)[1]
+        if not isinstance(context_length, int) or context_length < 0:
+            raise ValueError(f"context_length must be a static int >= 0, got {context_length!r}.")
+        if isinstance(window, int) and window <= context_length:
+            raise ValueError(
+                f"The window ({window} tokens) must be longer than context_length "
+                f"({context_length}): at least one position must be predicted."
+            )
+        if token_mask is None:
+            token_mask = ops.ones(ops.shape(token_ids), dtype="bool")
+        token_mask = ops.cast(token_mask, "bool")
+        num_predicted = window - context_length
+        hidden, new_state = self.backbone(
+            token_ids, initial_state=state, token_mask=token_mask, training=training,
+            state_index=num_predicted - 1 if isinstance(num_predicted, int) else None,
+        )
+        c = context_length
+        query_hidden = hidden[:, c:]
+        older = _concat_keys(
+            memory, {"hidden": hidden[:, :c], "token_ids": token_ids[:, :c],
+                     "mask": token_mask[:, :c]},
+        )
+        all_keys = _concat_keys(
+            memory if memory is not None else self.empty_memory(ops.shape(token_ids)[0]),
+            {"hidden": hidden, "token_ids": token_ids, "mask": token_mask},
+        )
+        size = self.memory_size
+        new_memory = {name: value[:, ops.shape(value)[1] - size:] for name, value in
+                      all_keys.items()}
+        outputs = {
+            "vocab_logits": self.vocab_head(query_hidden),
+            "hidden": query_hidden,
+            "key_ids": ops.concatenate([older["token_ids"], token_ids[:, c:]], axis=1),
+            "state": new_state,
+            "memory": new_memory,
+        }
+        has_older = memory is not None or c > 0
+        outputs.update(self.head_outputs(
+            query_hidden, older["hidden"] if has_older else None,
+            older["mask"] if has_older else None,
+        ))
+        return outputs
+
+    def score(self, inputs, targets, token_mask=None, state=None, memory=None):
+        """Log-probabilities of `targets` given `inputs` and the carried state and memory.
+
+        Args:
+            inputs: int `(batch_size, T)`: token `t` is read before `targets[:, t]` is predicted.
+            targets: int `(batch_size, T)`.
+            token_mask: optional bool `(batch_size, T)`; False for padding after a text's end.
+            state, memory: carried from a previous call (None: the start of a text).
+
+        Returns:
+            A dict with `log_probs` `(batch_size, T)` (0 where masked), `gate` `(batch_size, T)`
+            (the share of the vocabulary softmax; 1 for models without a pointer), and the
+            `state` and `memory` to pass to the call for the next piece of the same texts.
+        """
+        if self._score_function is None:
+            self._score_function = tf.function(self._score, reduce_retracing=True)
+        inputs = tf.convert_to_tensor(inputs)
+        batch_size = tf.shape(inputs)[0]
+        if token_mask is None:
+            token_mask = tf.ones(tf.shape(inputs), dtype=tf.bool)
+        if state is None:
+            state = self.zero_state(batch_size)
+        if memory is None:
+            memory = self.empty_memory(batch_size)
+        return self._score_function(inputs, tf.convert_to_tensor(targets), token_mask, state,
+                                    memory)
+
+    def _score(self, inputs, targets, token_mask, state, memory):
+        outputs = self(inputs, token_mask=token_mask, state=state, memory=memory, training=False)
+        token_mask = tf.cast(token_mask, tf.bool)
+        # Padded targets may hold any id: score a valid one and zero the result.
+        safe_targets = tf.where(token_mask, tf.cast(targets, tf.int32), 0)
+        log_probs = tf.where(token_mask, self.log_prob(outputs, safe_targets), 0.0)
+        gate = outputs.get("gate", tf.ones_like(log_probs))
+        return {"log_probs": log_probs, "gate": gate, "state": outputs["state"],
+                "memory": outputs["memory"]}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "embedding_dim": self.embedding_dim,
+                "hidden_dim": self.hidden_dim,
+                "num_layers": self.num_layers,
+                "window_size": self.window_size,
+                "input_dropout": self.input_dropout,
+                "hidden_dropout": self.hidden_dropout,
+                "output_dropout": self.output_dropout,
+                "zoneout": self.zoneout,
+                "seed": self.seed,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def _concat_keys(first, second):
+    """Concatenates two key sets (dicts of hidden, token_ids, mask) along time; first may be None.
+
+    The first set's hidden states come from an earlier call and are constants.
+    """
+    if first is None:
+        return second
+    return {
+        "hidden": ops.concatenate(
+            [ops.cast(ops.stop_gradient(first["hidden"]), second["hidden"].dtype),
+             second["hidden"]], axis=1),
+        "token_ids": ops.concatenate(
+            [ops.cast(first["token_ids"], "int32"), second["token_ids"]], axis=1),
+        "mask": ops.concatenate([ops.cast(first["mask"], "bool"), second["mask"]], axis=1),
+    }

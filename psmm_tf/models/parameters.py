@@ -1,0 +1,27 @@
+"""Parameter counts: the paper's arithmetic, to check a built model against."""
+
+
+def lstm_lm_parameter_count(vocab_size, embedding_dim, hidden_dim, num_layers):
+    """Weights of the softmax LSTM LM: embedding, LSTM stack (one bias per gate), softmax."""
+    embedding = vocab_size * embedding_dim
+    lstm = 0
+    input_dim = embedding_dim
+    for _ in range(num_layers):
+        lstm += 4 * hidden_dim * (input_dim + hidden_dim + 1)
+        input_dim = hidden_dim
+    softmax = hidden_dim * vocab_size + vocab_size
+    return embedding + lstm + softmax
+
+
+def pointer_parameter_count(hidden_dim):
+    """The pointer's only new weights: query kernel W (D x D), query bias b and sentinel s."""
+    return hidden_dim * hidden_dim + 2 * hidden_dim
+
+
+def expected_parameter_count(model_config):
+    """Parameters a `ModelConfig` builds: the LSTM LM plus, for PSMM, `H^2 + 2H`."""
+    count = lstm_lm_parameter_count(model_config.vocab_size, model_config.embedding_dim,
+                                    model_config.hidden_dim, model_config.num_layers)
+    if model_config.kind == "psmm":
+        count += pointer_parameter_count(model_config.hidden_dim)
+    return count
