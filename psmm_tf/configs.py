@@ -7,7 +7,9 @@ flags onto these; the library itself never reads flags.
 """
 
 import dataclasses
+import json
 
+DATASETS = ("synthetic", "ptb", "wikitext2", "wikitext103", "text")
 MODEL_KINDS = ("psmm", "lstm")
 POINTER_MEMORY_MODES = ("recompute", "cache")
 
@@ -105,17 +107,57 @@ class TrainConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Which corpus, where it is, and how its vocabulary is made."""
+
+    # "synthetic" (the embedded generator), "ptb", "wikitext2", "wikitext103" or "text" (a folder
+    # with train.txt, valid.txt, test.txt).
+    dataset: str = "synthetic"
+    # Folder holding the corpus files (for "synthetic": where the generated splits are written).
+    data_dir: str | None = None
+    # Words seen fewer times than this in the training split become <unk>.
+    min_count: int = 1
+    # At most this many words in the vocabulary (None: no limit).
+    max_vocab_size: int | None = None
+    # Seed and training-split size of the synthetic corpus.
+    synthetic_seed: int = 0
+    synthetic_train_tokens: int = 100_000
+
+    def __post_init__(self):
+        _check_choice("dataset", self.dataset, DATASETS)
+        _check_positive_int("min_count", self.min_count)
+        if self.max_vocab_size is not None:
+            _check_positive_int("max_vocab_size", self.max_vocab_size)
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-    """A model and how to train it."""
+    """A model, how to train it, and on what."""
 
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
+    data: DataConfig = DataConfig()
 
-    def replace(self, model=None, train=None):
-        """A copy with fields of `model` and `train` (dicts) replaced."""
+    def replace(self, model=None, train=None, data=None):
+        """A copy with fields of `model`, `train` and `data` (dicts) replaced."""
         return ExperimentConfig(
             model=dataclasses.replace(self.model, **(model or {})),
             train=dataclasses.replace(self.train, **(train or {})),
+            data=dataclasses.replace(self.data, **(data or {})),
+        )
+
+    def to_json(self):
+        """The config as a JSON string (written beside checkpoints and exports)."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        """The config a `to_json` string describes; unknown fields are an error."""
+        fields = json.loads(text)
+        return cls(
+            model=ModelConfig(**fields.get("model", {})),
+            train=TrainConfig(**fields.get("train", {})),
+            data=DataConfig(**fields.get("data", {})),
         )
 
 
