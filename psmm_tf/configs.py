@@ -14,6 +14,16 @@ MODEL_KINDS = ("psmm", "lstm")
 POINTER_MEMORY_MODES = ("recompute", "cache")
 
 
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+
+
+def _check_positive_int(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The network."""
@@ -191,12 +201,3 @@ def get_preset(name):
         raise ValueError(f"Unknown preset {name!r}; expected one of {sorted(PRESETS)}.")
     return PRESETS[name]
 
-
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
-
-
-def _check_positive_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
