@@ -28,7 +28,7 @@ def pointer_mass(attention, key_ids, targets):
     attention, key_ids, targets = _as_tensors(attention, key_ids, targets)
     _check_mixture_shapes(attention, key_ids, targets=targets)
     matches = tf.equal(key_ids[:, None, :], tf.cast(targets, key_ids.dtype)[:, :, None])
-    return tf.reduce_sum(tf.where(matches, tf.cast(attention, tf.float32), 0.0), axis=-1)
+    return tf.reduce_sum(tf.where(matches, attention, tf.zeros_like(attention)), axis=-1)
 
 
 def mixture_log_prob(vocab_logits, attention, gate, key_ids, targets):
@@ -53,7 +53,7 @@ def mixture_log_prob(vocab_logits, attention, gate, key_ids, targets):
     _check_mixture_shapes(attention, key_ids, vocab_logits=vocab_logits, gate=gate,
                           targets=targets)
     log_vocab = vocab_log_prob(vocab_logits, targets)
-    log_gate = tf.math.log(tf.maximum(tf.cast(gate, tf.float32), _TINY))
+    log_gate = tf.math.log(tf.maximum(gate, _TINY))
     log_pointer = tf.math.log(tf.maximum(pointer_mass(attention, key_ids, targets), _TINY))
     # log(g p_vocab + p_ptr) = logaddexp(log g + log p_vocab, log p_ptr)
     return tf.experimental.numpy.logaddexp(log_gate + log_vocab, log_pointer)
@@ -76,7 +76,7 @@ def pointer_loss(attention, gate, key_ids, targets):
     """
     attention, gate, key_ids, targets = _as_tensors(attention, gate, key_ids, targets)
     _check_mixture_shapes(attention, key_ids, gate=gate, targets=targets)
-    total = tf.cast(gate, tf.float32) + pointer_mass(attention, key_ids, targets)
+    total = gate + pointer_mass(attention, key_ids, targets)
     return -tf.math.log(tf.maximum(total, _TINY))
 
 
@@ -100,8 +100,8 @@ def mixture_distribution(vocab_logits, attention, gate, key_ids):
     _check_mixture_shapes(attention, key_ids, vocab_logits=vocab_logits, gate=gate)
     vocab_size = tf.shape(vocab_logits)[-1]
     key_ids = checked_ids("key_ids", key_ids, vocab_size)
-    vocab_probs = tf.nn.softmax(tf.cast(vocab_logits, tf.float32), axis=-1)
-    mixture = tf.cast(gate, tf.float32)[..., None] * vocab_probs
+    vocab_probs = tf.nn.softmax(vocab_logits, axis=-1)
+    mixture = gate[..., None] * vocab_probs
 
     # Scatter-add a[b, t, k] into row (b, t) at column key_ids[b, k].
     shape = tf.shape(attention)
@@ -109,7 +109,7 @@ def mixture_distribution(vocab_logits, attention, gate, key_ids):
     time_index = tf.broadcast_to(tf.range(shape[1])[None, :, None], shape)
     word_index = tf.broadcast_to(tf.cast(key_ids, tf.int32)[:, None, :], shape)
     indices = tf.stack([batch_index, time_index, word_index], axis=-1)
-    return tf.tensor_scatter_nd_add(mixture, indices, tf.cast(attention, tf.float32))
+    return tf.tensor_scatter_nd_add(mixture, indices, attention)
 
 
 def vocab_log_prob(vocab_logits, targets):
@@ -122,14 +122,20 @@ def vocab_log_prob(vocab_logits, targets):
     Returns:
         float32 `(batch_size, T)`.
     """
-    vocab_logits = tf.cast(vocab_logits, tf.float32)
+    (vocab_logits,) = _as_tensors(vocab_logits)
     targets = checked_ids("targets", targets, tf.shape(vocab_logits)[-1])
     target_logit = tf.gather(vocab_logits, targets, batch_dims=2)
     return target_logit - tf.reduce_logsumexp(vocab_logits, axis=-1)
 
 
 def _as_tensors(*values):
-    return tuple(tf.convert_to_tensor(value) for value in values)
+    """Tensors, with floats promoted to float32 (or kept float64) for stable sums and logs."""
+    tensors = [tf.convert_to_tensor(value) for value in values]
+    wide = any(t.dtype == tf.float64 for t in tensors)
+    return tuple(
+        tf.cast(t, tf.float64 if wide else tf.float32) if t.dtype.is_floating else t
+        for t in tensors
+    )
 
 
 def checked_ids(name, ids, vocab_size):

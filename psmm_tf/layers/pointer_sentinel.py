@@ -88,23 +88,24 @@ class PointerSentinel(keras.layers.Layer):
         num_queries = ops.shape(hidden)[1]
         num_memory = ops.shape(keys)[1] - num_queries
 
-        # Paper eq. 4: q = tanh(W h_t + b). Scores in float32 (stable under mixed precision).
+        # Paper eq. 4: q = tanh(W h_t + b). Scores in at least float32 (mixed precision).
+        score_dtype = "float64" if hidden.dtype == "float64" else "float32"
         query = ops.tanh(ops.matmul(hidden, self.query_kernel) + self.query_bias)
-        query = ops.cast(query, "float32")
-        keys = ops.cast(keys, "float32")
+        query = ops.cast(query, score_dtype)
+        keys = ops.cast(keys, score_dtype)
         key_scores = ops.einsum("btd,bkd->btk", query, keys)  # eq. 5: z_i = q . h_i
-        sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, "float32"))
+        sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, score_dtype))
 
         allowed = window_band(num_queries, num_memory, self.window_size)  # [T, M + T]
         allowed = ops.logical_and(allowed[None, :, :], key_mask[:, None, :])
         # A finite very negative score gives exactly zero weight after the softmax, and unlike
         # -inf keeps the gradient of masked scores finite (zero).
-        key_scores = ops.where(allowed, key_scores, -1e30)
+        key_scores = ops.where(allowed, key_scores, ops.cast(-1e30, score_dtype))
 
         # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
         scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
         weights = ops.softmax(scores, axis=-1)
-        attention = ops.where(allowed, weights[..., :-1], 0.0)
+        attention = ops.where(allowed, weights[..., :-1], ops.cast(0.0, score_dtype))
         gate = weights[..., -1]
         return attention, gate
 

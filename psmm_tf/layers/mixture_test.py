@@ -1,0 +1,143 @@
+"""Tests of the mixture ops against dense NumPy versions of eq. 3 and 9 and a hand-worked case."""
+
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf import testing
+from psmm_tf.layers import (
+    PointerSentinel,
+    mixture_distribution,
+    mixture_log_prob,
+    pointer_loss,
+)
+
+
+class MixtureTest(testing.TestCase):
+
+    def _random_case(self, batch=2, steps=5, num_memory=3, vocab=11, window=4):
+        dim = 4
+        hidden = self.rng.normal(size=(batch, steps, dim)).astype("float32")
+        memory = self.rng.normal(size=(batch, num_memory, dim)).astype("float32")
+        attention, gate = PointerSentinel(window)(hidden, memory=memory)
+        # Few distinct ids so that words repeat inside windows (several keys per word).
+        key_ids = self.rng.integers(0, 4, size=(batch, num_memory + steps)).astype("int32")
+        logits = self.rng.normal(size=(batch, steps, vocab)).astype("float32")
+        targets = self.rng.integers(0, 6, size=(batch, steps)).astype("int32")
+        return logits, attention.numpy(), gate.numpy(), key_ids, targets
+
+    def test_log_prob_matches_dense_reference(self):
+        logits, attention, gate, key_ids, targets = self._random_case()
+        expected = testing.reference_mixture_log_prob(logits, attention, gate, key_ids, targets)
+        actual = mixture_log_prob(logits, attention, gate, key_ids, targets)
+        self.assertAllClose(actual, expected, atol=1e-5)
+
+    def test_distribution_matches_reference_and_sums_to_one(self):
+        logits, attention, gate, key_ids, _ = self._random_case()
+        dist = mixture_distribution(logits, attention, gate, key_ids).numpy()
+        expected = testing.reference_mixture_distribution(logits, attention, gate, key_ids)
+        self.assertAllClose(dist, expected, atol=1e-6)
+        self.assertAllClose(dist.sum(-1), np.ones(dist.shape[:2]), atol=1e-5)
+
+    def test_distribution_agrees_with_log_prob_for_every_word(self):
+        logits, attention, gate, key_ids, _ = self._random_case(vocab=7)
+        dist = mixture_distribution(logits, attention, gate, key_ids).numpy()
+        for word in range(7):
+            targets = np.full(gate.shape, word, "int32")
+            log_p = mixture_log_prob(logits, attention, gate, key_ids, targets)
+            self.assertAllClose(np.exp(log_p), dist[..., word], atol=1e-6)
+
+    def test_pointer_loss_matches_reference(self):
+        _, attention, gate, key_ids, targets = self._random_case()
+        expected = testing.reference_pointer_loss(attention, gate, key_ids, targets)
+        self.assertAllClose(pointer_loss(attention, gate, key_ids, targets), expected, atol=1e-5)
+
+    def test_hand_worked_case(self):
+        # Attention and gate of the PointerSentinel hand-worked case; V = 3 uniform logits;
+        # key 0 holds word 2, key 1 holds word 1.
+        attention = np.array([[[0.68169974, 0.0], [0.24977580, 0.65497123]]], "float32")
+        gate = np.array([[0.31830026, 0.09525297]], "float32")
+        key_ids = np.array([[2, 1]], "int32")
+        logits = np.zeros((1, 2, 3), "float32")
+        targets = np.array([[0, 2]], "int32")
+        # Position 0, word 0: only the softmax, g / 3. Position 1, word 2: g / 3 + a_0.
+        expected = np.log([[0.31830026 / 3, 0.09525297 / 3 + 0.24977580]])
+        self.assertAllClose(mixture_log_prob(logits, attention, gate, key_ids, targets),
+                            expected, atol=1e-6)
+        # -log(g + sum of a on the target): word 0 is not in the window, word 2 is at key 0.
+        self.assertAllClose(pointer_loss(attention, gate, key_ids, targets),
+                            [[-np.log(0.31830026), -np.log(0.09525297 + 0.24977580)]], atol=1e-6)
+
+    def test_target_absent_from_window_has_finite_log_prob_and_gradient(self):
+        logits = tf.Variable(np.zeros((1, 1, 5), "float32"))
+        attention = tf.Variable([[[0.7, 0.2]]])
+        gate = tf.Variable([[0.1]])
+        with tf.GradientTape() as tape:
+            log_p = mixture_log_prob(logits, attention, gate, tf.constant([[1, 2]]),
+                                     tf.constant([[4]]))
+        grads = tape.gradient(log_p, [logits, attention, gate])
+        self.assertAllClose(log_p, [[np.log(0.1 / 5)]])
+        for grad in grads:
+            self.assertTrue(np.all(np.isfinite(tf.convert_to_tensor(grad))))
+
+    def test_log_prob_gradient_matches_finite_differences(self):
+        logits, attention, gate, key_ids, targets = self._random_case(steps=3, num_memory=2)
+        args = [tf.constant(x, tf.float64) for x in (logits, attention, gate)]
+
+        def f(logits, attention, gate):
+            return mixture_log_prob(logits, attention, gate, key_ids, targets)
+
+        theoretical, numerical = tf.test.compute_gradient(f, args, delta=1e-5)
+        for analytic, numeric in zip(theoretical, numerical):
+            # d log p / d a = 1 / p is large where p is small: compare relatively.
+            self.assertAllClose(analytic, numeric, rtol=1e-4, atol=1e-5)
+
+    def test_log_prob_builds_no_vocabulary_sized_pointer_tensor(self):
+        logits, attention, gate, key_ids, targets = self._random_case(vocab=5003)
+        graph = tf.function(mixture_log_prob).get_concrete_function(
+            *[tf.TensorSpec(x.shape, x.dtype) for x in (logits, attention, gate, key_ids,
+                                                        targets)]
+        ).graph
+        big = [op for op in graph.get_operations() if op.type not in ("Placeholder",)
+               for out in op.outputs if out.shape.rank == 3 and out.shape[-1] == 5003
+               and op.type not in ("Cast", "Identity", "ReadVariableOp")]
+        # The only [B, T, V] tensors are the logits' own log-sum-exp intermediates.
+        self.assertTrue(all(op.type in ("Sub", "Exp", "Max", "StopGradient") for op in big),
+                        [op.type for op in big])
+        self.assertFalse(any(op.type.startswith(("Scatter", "TensorScatter", "OneHot"))
+                             for op in graph.get_operations()))
+
+    def test_xla_matches_eager(self):
+        case = self._random_case()
+        eager = mixture_log_prob(*case)
+        compiled = tf.function(mixture_log_prob, jit_compile=True)(*case)
+        self.assertAllClose(eager, compiled, atol=1e-6)
+        dist_eager = mixture_distribution(*case[:4])
+        dist_compiled = tf.function(mixture_distribution, jit_compile=True)(*case[:4])
+        self.assertAllClose(dist_eager, dist_compiled, atol=1e-6)
+
+    def test_rejects_ids_outside_the_vocabulary(self):
+        logits, attention, gate, key_ids, targets = self._random_case(vocab=11)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "`targets` holds an id >= the vocabulary size"):
+            mixture_log_prob(logits, attention, gate, key_ids, targets + 11)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "`targets` holds a negative id"):
+            mixture_log_prob(logits, attention, gate, key_ids, targets - 10)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "`key_ids` holds an id >= the vocabulary size"):
+            mixture_distribution(logits, attention, gate, key_ids + 20)
+
+    def test_rejects_mismatched_shapes(self):
+        logits, attention, gate, key_ids, targets = self._random_case()
+        with self.assertRaisesRegex(ValueError, "`targets` must have rank 2"):
+            mixture_log_prob(logits, attention, gate, key_ids, targets[0])
+        with self.assertRaisesRegex(ValueError, "number of keys.*must equal.*key_ids"):
+            mixture_log_prob(logits, attention, gate, key_ids[:, 1:], targets)
+        with self.assertRaisesRegex(ValueError, "time dimension.*vocab_logits"):
+            mixture_log_prob(logits[:, 1:], attention, gate, key_ids, targets)
+        with self.assertRaisesRegex(TypeError, "`targets` must be an integer tensor"):
+            mixture_log_prob(logits, attention, gate, key_ids, targets.astype("float32"))
+
+
+if __name__ == "__main__":
+    tf.test.main()

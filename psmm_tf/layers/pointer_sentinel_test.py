@@ -1,0 +1,142 @@
+"""Tests of PointerSentinel against the paper's equations (NumPy loops) and a hand-worked case."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from psmm_tf import testing
+from psmm_tf.layers import PointerSentinel
+
+
+def _layer_weights(layer):
+    return (layer.query_kernel.numpy(), layer.query_bias.numpy(), layer.sentinel.numpy())
+
+
+class PointerSentinelTest(testing.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("no_memory_short_window", 0, 5, 3),
+        ("no_memory_window_longer_than_sequence", 0, 4, 9),
+        ("memory_window_shorter", 6, 5, 4),
+        ("memory_window_covers_all", 3, 4, 10),
+        ("window_of_one", 2, 3, 1),
+    )
+    def test_matches_numpy_equations(self, num_memory, steps, window_size):
+        batch, dim = 3, 6
+        hidden = self.rng.normal(size=(batch, steps, dim)).astype("float32")
+        memory = self.rng.normal(size=(batch, num_memory, dim)).astype("float32")
+        memory_mask = self.rng.random((batch, num_memory)) > 0.3
+        layer = PointerSentinel(window_size, sentinel_initializer="random_normal")
+        if num_memory:
+            attention, gate = layer(hidden, memory=memory, memory_mask=memory_mask)
+        else:
+            attention, gate = layer(hidden)
+            memory, memory_mask = None, None
+        expected_attention, expected_gate = testing.reference_pointer_sentinel(
+            hidden, memory, memory_mask, *_layer_weights(layer), window_size
+        )
+        self.assertAllClose(attention, expected_attention, atol=1e-5)
+        self.assertAllClose(gate, expected_gate, atol=1e-5)
+        self.assertAllClose(np.sum(attention, -1) + gate, np.ones((batch, steps)), atol=1e-6)
+
+    def test_hand_worked_case(self):
+        # D = 1, W = 1, b = 0, s = 0: q = tanh(h), z_i = q h_i, sentinel score 0. Keys h = 1, 2.
+        layer = PointerSentinel(
+            window_size=2, kernel_initializer="ones", sentinel_initializer="zeros"
+        )
+        attention, gate = layer(np.array([[[1.0], [2.0]]], "float32"))
+        # Position 0: softmax([tanh(1) * 1, 0]).
+        # Position 1: softmax([tanh(2) * 1, tanh(2) * 2, 0]).
+        self.assertAllClose(attention[0], [[0.68169974, 0.0], [0.24977580, 0.65497123]])
+        self.assertAllClose(gate[0], [0.31830026, 0.09525297])
+
+    def test_keys_outside_window_and_later_keys_get_zero_attention(self):
+        hidden = self.rng.normal(size=(2, 7, 4)).astype("float32")
+        attention, _ = PointerSentinel(window_size=3)(hidden)
+        attention = attention.numpy()
+        for t in range(7):
+            for k in range(7):
+                if not t - 3 < k <= t:
+                    self.assertEqual(attention[0, t, k], 0.0, msg=f"query {t}, key {k}")
+                else:
+                    self.assertGreater(attention[0, t, k], 0.0, msg=f"query {t}, key {k}")
+
+    def test_masked_memory_is_never_attended(self):
+        hidden = self.rng.normal(size=(1, 2, 4)).astype("float32")
+        memory = 100.0 * np.ones((1, 3, 4), "float32")  # would dominate if attended
+        mask = np.array([[False, True, False]])
+        attention, gate = PointerSentinel(window_size=5)(hidden, memory=memory, memory_mask=mask)
+        self.assertAllEqual(attention.numpy()[0, :, [0, 2]], np.zeros((2, 2)))
+        self.assertAllClose(np.sum(attention, -1) + gate, np.ones((1, 2)))
+
+    def test_only_query_weights_and_sentinel_are_parameters(self):
+        layer = PointerSentinel(window_size=4)
+        layer(np.zeros((1, 2, 7), "float32"))
+        self.assertEqual(layer.count_params(), 7 * 7 + 2 * 7)
+        self.assertEqual(
+            sorted(w.name for w in layer.weights), ["query_bias", "query_kernel", "sentinel"]
+        )
+
+    def test_gradients_match_finite_differences(self):
+        hidden = tf.constant(self.rng.normal(size=(1, 3, 3)), tf.float64)
+        memory = tf.constant(self.rng.normal(size=(1, 2, 3)), tf.float64)
+        layer = PointerSentinel(window_size=3, dtype="float64")
+
+        def weighted_output(hidden, memory):
+            attention, gate = layer(hidden, memory=memory)
+            return tf.reduce_sum(attention * tf.range(1.0, 6.0, dtype=tf.float64)) + tf.reduce_sum(
+                gate * gate
+            )
+
+        weighted_output(hidden, memory)
+        theoretical, numerical = tf.test.compute_gradient(weighted_output, [hidden, memory])
+        for analytic, numeric in zip(theoretical, numerical):
+            self.assertAllClose(analytic, numeric, atol=1e-6)
+
+    def test_xla_matches_eager(self):
+        hidden = self.rng.normal(size=(2, 5, 4)).astype("float32")
+        memory = self.rng.normal(size=(2, 4, 4)).astype("float32")
+        mask = self.rng.random((2, 4)) > 0.5
+        layer = PointerSentinel(window_size=4)
+        eager = layer(hidden, memory=memory, memory_mask=mask)
+        compiled = tf.function(
+            lambda h, m, k: layer(h, memory=m, memory_mask=k), jit_compile=True
+        )(hidden, memory, mask)
+        for a, b in zip(eager, compiled):
+            self.assertAllClose(a, b, atol=1e-6)
+
+    def test_config_round_trip(self):
+        layer = PointerSentinel(window_size=7, name="ptr")
+        clone = PointerSentinel.from_config(layer.get_config())
+        self.assertEqual(clone.window_size, 7)
+        self.assertEqual(clone.name, "ptr")
+
+    def test_rejects_bad_window_size(self):
+        for bad in (0, -3, 2.5, None):
+            with self.assertRaisesRegex(ValueError, "window_size must be an integer >= 1"):
+                PointerSentinel(window_size=bad)
+
+    def test_rejects_bad_shapes(self):
+        layer = PointerSentinel(window_size=2)
+        with self.assertRaisesRegex(ValueError, "`hidden` must have rank 3"):
+            layer(np.zeros((2, 4), "float32"))
+        with self.assertRaisesRegex(ValueError, "`memory`.*must equal.*`hidden`"):
+            layer(np.zeros((2, 3, 4), "float32"), memory=np.zeros((2, 5, 6), "float32"))
+        with self.assertRaisesRegex(ValueError, "`memory_mask`.*must equal.*`memory`"):
+            layer(np.zeros((2, 3, 4), "float32"), memory=np.zeros((2, 5, 4), "float32"),
+                  memory_mask=np.ones((2, 4), bool))
+        with self.assertRaisesRegex(ValueError, "`memory_mask` was given without `memory`"):
+            layer(np.zeros((2, 3, 4), "float32"), memory_mask=np.ones((2, 4), bool))
+
+    def test_works_inside_a_functional_model(self):
+        hidden = keras.Input((None, 6))
+        attention, gate = PointerSentinel(window_size=3)(hidden)
+        model = keras.Model(hidden, [attention, gate])
+        out = model(np.ones((2, 4, 6), "float32"))
+        self.assertEqual(tuple(out[0].shape), (2, 4, 4))
+        self.assertEqual(tuple(out[1].shape), (2, 4))
+
+
+if __name__ == "__main__":
+    tf.test.main()

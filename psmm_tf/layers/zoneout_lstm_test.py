@@ -1,0 +1,117 @@
+"""Tests of ZoneoutLSTM against Keras' LSTM, a NumPy LSTM with zoneout, and its state handling."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf import testing
+from psmm_tf.layers import LockedDropout, ZoneoutLSTM
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def numpy_lstm_step(x, h, c, kernel, recurrent_kernel, bias):
+    """One LSTM step, gates in Keras' order (input, forget, cell, output)."""
+    z = x @ kernel + h @ recurrent_kernel + bias
+    i, f, g, o = np.split(z, 4, axis=-1)
+    c_new = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    return _sigmoid(o) * np.tanh(c_new), c_new
+
+
+class ZoneoutLSTMTest(testing.TestCase):
+
+    def _layer_and_inputs(self, zoneout=0.0, steps=6):
+        inputs = self.rng.normal(size=(3, steps, 5)).astype("float32")
+        layer = ZoneoutLSTM(4, zoneout=zoneout, seed=3)
+        layer.build(inputs.shape)
+        layer.bias.assign(self.rng.normal(size=(16,)).astype("float32"))
+        return layer, inputs
+
+    def test_without_zoneout_equals_keras_lstm(self):
+        layer, inputs = self._layer_and_inputs()
+        outputs, (h, c) = layer(inputs)
+        reference = keras.layers.LSTM(4, return_sequences=True, return_state=True)
+        reference.build(inputs.shape)
+        reference.set_weights([w.numpy() for w in layer.weights])
+        expected, expected_h, expected_c = reference(inputs)
+        self.assertAllClose(outputs, expected, atol=1e-5)
+        self.assertAllClose(h, expected_h, atol=1e-5)
+        self.assertAllClose(c, expected_c, atol=1e-5)
+
+    def test_inference_uses_expected_zoneout(self):
+        zoneout = 0.3
+        layer, inputs = self._layer_and_inputs(zoneout)
+        outputs, _ = layer(inputs, training=False)
+        kernel, recurrent, bias = (w.numpy() for w in layer.weights)
+        h = c = np.zeros((3, 4))
+        for t in range(inputs.shape[1]):
+            h_new, c_new = numpy_lstm_step(inputs[:, t], h, c, kernel, recurrent, bias)
+            c = zoneout * c + (1 - zoneout) * c_new
+            h = zoneout * h + (1 - zoneout) * h_new
+            self.assertAllClose(outputs[:, t], h, atol=1e-5)
+
+    def test_training_keeps_each_unit_or_updates_it(self):
+        layer, inputs = self._layer_and_inputs(zoneout=0.5, steps=8)
+        outputs = layer(inputs, training=True)[0].numpy()
+        kernel, recurrent, bias = (w.numpy() for w in layer.weights)
+        # With h and c unknown per unit we check h only: each unit is its previous value or
+        # lies in (-1, 1) as a fresh LSTM output; and about half of the units are kept.
+        kept = np.isclose(outputs[:, 1:], outputs[:, :-1])
+        self.assertGreater(kept.mean(), 0.3)
+        self.assertLess(kept.mean(), 0.7)
+        zeros = np.zeros((3, 4))
+        first_h, _ = numpy_lstm_step(inputs[:, 0], zeros, zeros, kernel, recurrent, bias)
+        first = outputs[:, 0]
+        self.assertTrue(np.all(np.isclose(first, 0.0, atol=1e-6)
+                               | np.isclose(first, first_h, atol=1e-5)))
+
+    def test_masked_steps_keep_the_state(self):
+        layer, inputs = self._layer_and_inputs()
+        mask = np.ones((3, 6), bool)
+        mask[:, :2] = False  # before the start of the text
+        outputs, (h, c) = layer(inputs, step_mask=mask)
+        alone, (h_alone, c_alone) = layer(inputs[:, 2:])
+        self.assertAllClose(outputs[:, :2], np.zeros((3, 2, 4)))
+        self.assertAllClose(outputs[:, 2:], alone, atol=1e-6)
+        self.assertAllClose(h, h_alone, atol=1e-6)
+        self.assertAllClose(c, c_alone, atol=1e-6)
+
+    def test_state_index_and_carried_state_split_a_sequence(self):
+        layer, inputs = self._layer_and_inputs()
+        whole, _ = layer(inputs)
+        _, state = layer(inputs, state_index=2)
+        second, _ = layer(inputs[:, 3:], initial_state=state)
+        self.assertAllClose(second, whole[:, 3:], atol=1e-6)
+
+    def test_xla_matches_eager(self):
+        layer, inputs = self._layer_and_inputs(zoneout=0.2)
+        eager = layer(inputs)[0]
+        compiled = tf.function(lambda x: layer(x)[0], jit_compile=True)(inputs)
+        self.assertAllClose(eager, compiled, atol=1e-5)
+
+    def test_rejects_bad_zoneout(self):
+        with self.assertRaisesRegex(ValueError, "zoneout must be in"):
+            ZoneoutLSTM(3, zoneout=1.0)
+
+
+class LockedDropoutTest(testing.TestCase):
+
+    def test_mask_is_shared_across_time_and_scaled(self):
+        inputs = np.ones((4, 7, 50), "float32")
+        outputs = LockedDropout(0.5, seed=1)(inputs, training=True).numpy()
+        self.assertAllEqual(outputs, np.broadcast_to(outputs[:, :1], outputs.shape))
+        self.assertEqual(set(np.unique(outputs)), {0.0, 2.0})
+
+    def test_identity_at_inference(self):
+        inputs = self.rng.normal(size=(2, 3, 4)).astype("float32")
+        self.assertAllEqual(LockedDropout(0.5)(inputs, training=False), inputs)
+
+    def test_rejects_bad_rate(self):
+        with self.assertRaisesRegex(ValueError, r"rate must be in \[0, 1\)"):
+            LockedDropout(1.5)
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,117 @@
+"""Test helpers: brute-force NumPy versions of the paper's equations and a shared TestCase.
+
+The reference functions loop over positions and keys one at a time, written from the paper's
+equations (Merity et al. 2016, eq. 1-9) rather than from the layer's vectorised code, so that a
+test comparing the two can fail.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import tensorflow as tf
+
+
+def reference_pointer_sentinel(hidden, memory, memory_mask, query_kernel, query_bias, sentinel,
+                               window_size):
+    """Attention and gate, one position and key at a time.
+
+    Args:
+        hidden: `(B, T, D)`. memory: `(B, M, D)` or None. memory_mask: `(B, M)` or None.
+        query_kernel: `(D, D)`; query_bias, sentinel: `(D,)`. window_size: int L.
+
+    Returns:
+        attention `(B, T, M + T)` float64 and gate `(B, T)` float64.
+    """
+    hidden = np.asarray(hidden, np.float64)
+    batch, steps, _ = hidden.shape
+    if memory is None:
+        memory = np.zeros((batch, 0, hidden.shape[2]))
+    memory = np.asarray(memory, np.float64)
+    num_memory = memory.shape[1]
+    if memory_mask is None:
+        memory_mask = np.ones((batch, num_memory), bool)
+    attention = np.zeros((batch, steps, num_memory + steps))
+    gate = np.zeros((batch, steps))
+    for b in range(batch):
+        keys = np.concatenate([memory[b], hidden[b]], axis=0)
+        valid = np.concatenate([np.asarray(memory_mask[b], bool), np.ones(steps, bool)])
+        for t in range(steps):
+            query = np.tanh(hidden[b, t] @ query_kernel + query_bias)  # eq. 4
+            window = [k for k in range(num_memory + t - window_size + 1, num_memory + t + 1)
+                      if k >= 0 and valid[k]]
+            scores = [query @ keys[k] for k in window] + [query @ sentinel]  # eq. 5, 7
+            scores = np.array(scores)
+            weights = np.exp(scores - scores.max())
+            weights /= weights.sum()
+            for k, w in zip(window, weights[:-1]):
+                attention[b, t, k] = w
+            gate[b, t] = weights[-1]  # eq. 8
+    return attention, gate
+
+
+def reference_mixture_distribution(vocab_logits, attention, gate, key_ids):
+    """`g p_vocab + sum_i a_i [x_i = w]` for every word (eq. 3), as a dense float64 array."""
+    logits = np.asarray(vocab_logits, np.float64)
+    vocab = np.exp(logits - logits.max(-1, keepdims=True))
+    vocab /= vocab.sum(-1, keepdims=True)
+    dist = np.asarray(gate, np.float64)[..., None] * vocab
+    batch, steps, num_keys = attention.shape
+    for b in range(batch):
+        for t in range(steps):
+            for k in range(num_keys):
+                dist[b, t, key_ids[b, k]] += attention[b, t, k]
+    return dist
+
+
+def reference_mixture_log_prob(vocab_logits, attention, gate, key_ids, targets):
+    """`log p(y)` from the dense reference distribution."""
+    dist = reference_mixture_distribution(vocab_logits, attention, gate, key_ids)
+    batch, steps = targets.shape
+    return np.log(np.array([[dist[b, t, targets[b, t]] for t in range(steps)]
+                            for b in range(batch)]))
+
+
+def reference_pointer_loss(attention, gate, key_ids, targets):
+    """`-log(g + sum_{i: x_i = y} a_i)` (eq. 9), with explicit loops."""
+    batch, steps = targets.shape
+    out = np.zeros((batch, steps))
+    for b in range(batch):
+        for t in range(steps):
+            mass = sum(attention[b, t, k] for k in range(attention.shape[2])
+                       if key_ids[b, k] == targets[b, t])
+            out[b, t] = -np.log(gate[b, t] + mass)
+    return out
+
+
+def run_in_fresh_process(code, timeout=300, env=None):
+    """Runs Python `code` in a new interpreter with the repository on its path; returns stdout.
+
+    Raises AssertionError with the child's output when it fails.
+    """
+    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child_env = dict(os.environ)
+    child_env["PYTHONPATH"] = repo_root + os.pathsep + child_env.get("PYTHONPATH", "")
+    child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    child_env.update(env or {})
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        timeout=timeout, env=child_env,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"Child process failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return result.stdout
+
+
+class TestCase(tf.test.TestCase):
+    """`tf.test.TestCase` with a fixed seed per test."""
+
+    def setUp(self):
+        super().setUp()
+        tf.random.set_seed(1234)
+        np.random.seed(1234)
+        self.rng = np.random.default_rng(1234)
