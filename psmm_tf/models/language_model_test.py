@@ -1,0 +1,192 @@
+"""Tests of the language models: exact windowing, streaming, save/load, parameter counts."""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from psmm_tf import configs, testing
+from psmm_tf.losses import PointerSentinelLoss
+from psmm_tf.models import (
+    LSTMLanguageModel,
+    PointerSentinelLM,
+    build_model,
+    expected_parameter_count,
+)
+
+VOCAB = 23
+
+
+def tiny_model(cls, window_size=5, seed=7):
+    return cls(vocab_size=VOCAB, embedding_dim=6, hidden_dim=8, num_layers=2,
+               window_size=window_size, input_dropout=0.2, hidden_dropout=0.2,
+               output_dropout=0.2, zoneout=0.1, seed=seed)
+
+
+BOTH = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel))
+
+
+class LanguageModelTest(testing.TestCase, parameterized.TestCase):
+
+    def _text(self, batch=2, length=17):
+        return self.rng.integers(0, VOCAB, size=(batch, length + 1)).astype("int32")
+
+    @parameterized.named_parameters(*BOTH)
+    def test_scoring_in_pieces_equals_scoring_whole(self, cls):
+        model = tiny_model(cls)
+        text = self._text()
+        inputs, targets = text[:, :-1], text[:, 1:]
+        whole = model.score(inputs, targets)
+        state, memory, pieces = None, None, []
+        for start, end in ((0, 3), (3, 11), (11, 17)):
+            out = model.score(inputs[:, start:end], targets[:, start:end], state=state,
+                              memory=memory)
+            state, memory = out["state"], out["memory"]
+            pieces.append(out["log_probs"])
+        self.assertAllClose(np.concatenate(pieces, axis=1), whole["log_probs"], atol=1e-5)
+
+    def test_recomputed_window_equals_streamed_scores(self):
+        # A window of C = L - 1 context positions + T predicted ones, started from the carried
+        # state, gives each target the same probability as reading the text whole.
+        window_size, start, num_predicted = 5, 6, 3
+        context = window_size - 1
+        model = tiny_model(PointerSentinelLM, window_size)
+        text = self._text(length=14)
+        inputs, targets = text[:, :-1], text[:, 1:]
+        whole = model.score(inputs, targets)["log_probs"]
+        prefix = model.score(inputs[:, :start - context], targets[:, :start - context])
+        window = inputs[:, start - context:start + num_predicted]
+        outputs = model(window, state=prefix["state"], context_length=context)
+        log_probs = model.log_prob(outputs, targets[:, start:start + num_predicted])
+        self.assertAllClose(log_probs, whole[:, start:start + num_predicted], atol=1e-5)
+        # The returned state is where the next window, T tokens later, starts.
+        shifted = model.score(inputs[:, :start - context + num_predicted],
+                              targets[:, :start - context + num_predicted])
+        for (h, c), (h_ref, c_ref) in zip(outputs["state"], shifted["state"]):
+            self.assertAllClose(h, h_ref, atol=1e-5)
+            self.assertAllClose(c, c_ref, atol=1e-5)
+
+    def test_positions_before_the_start_are_ignored(self):
+        model = tiny_model(PointerSentinelLM)
+        text = self._text(batch=1, length=6)
+        window = np.concatenate([np.full((1, 4), 3, "int32"), text[:, :-1]], axis=1)
+        mask = np.concatenate([np.zeros((1, 4), bool), np.ones((1, 6), bool)], axis=1)
+        outputs = model(window, token_mask=mask, context_length=4)
+        self.assertAllEqual(outputs["attention"].numpy()[0, :, :4], np.zeros((6, 4)))
+        self.assertAllClose(model.log_prob(outputs, text[:, 1:]),
+                            model.score(text[:, :-1], text[:, 1:])["log_probs"], atol=1e-5)
+
+    @parameterized.named_parameters(*BOTH)
+    def test_padded_batch_equals_one_by_one(self, cls):
+        model = tiny_model(cls)
+        long_text, short_text = self._text(1, 12), self._text(1, 7)
+        inputs = np.zeros((2, 12), "int32")
+        targets = np.zeros((2, 12), "int32")
+        inputs[0], targets[0] = long_text[0, :-1], long_text[0, 1:]
+        inputs[1, :7], targets[1, :7] = short_text[0, :-1], short_text[0, 1:]
+        mask = np.arange(12)[None, :] < np.array([[12], [7]])
+        batched = model.score(inputs, targets, token_mask=mask)["log_probs"].numpy()
+        alone = model.score(short_text[:, :-1], short_text[:, 1:])["log_probs"].numpy()
+        self.assertAllClose(batched[1, :7], alone[0], atol=1e-5)
+        self.assertAllEqual(batched[1, 7:], np.zeros(5))
+        first = model.score(long_text[:, :-1], long_text[:, 1:])["log_probs"].numpy()
+        self.assertAllClose(batched[0], first[0], atol=1e-5)
+
+    def test_distribution_rows_sum_to_one_and_match_log_prob(self):
+        model = tiny_model(PointerSentinelLM)
+        text = self._text()
+        outputs = model(text[:, :-1], memory=model.empty_memory(2))
+        dist = model.distribution(outputs).numpy()
+        self.assertAllClose(dist.sum(-1), np.ones(dist.shape[:2]), atol=1e-5)
+        log_probs = model.log_prob(outputs, text[:, 1:]).numpy()
+        picked = np.take_along_axis(dist, text[:, 1:, None], axis=-1)[..., 0]
+        self.assertAllClose(np.exp(log_probs), picked, atol=1e-6)
+
+    def test_no_gradient_flows_into_the_carried_memory(self):
+        model = tiny_model(PointerSentinelLM)
+        text = self._text()
+        memory = model.empty_memory(2)
+        memory = dict(memory, hidden=tf.Variable(tf.random.normal(memory["hidden"].shape)),
+                      mask=tf.ones_like(memory["mask"]))
+        with tf.GradientTape() as tape:
+            outputs = model(text[:, :-1], memory=memory, training=True)
+            loss = PointerSentinelLoss()(text[:, 1:], outputs)
+        grads = tape.gradient(loss, [memory["hidden"]] + model.trainable_weights)
+        self.assertIsNone(grads[0])
+        names = [w.path for w in model.trainable_weights]
+        for name, grad in zip(names, grads[1:]):
+            self.assertIsNotNone(grad, name)
+            self.assertGreater(float(tf.reduce_sum(tf.abs(tf.convert_to_tensor(grad)))), 0.0,
+                               name)
+        self.assertTrue(any("pointer/sentinel" in name for name in names))
+
+    def test_xla_train_step_matches_eager(self):
+        model = tiny_model(PointerSentinelLM)
+        text = self._text()
+        loss_fn = PointerSentinelLoss()
+
+        def loss_and_grads(inputs, targets):
+            with tf.GradientTape() as tape:
+                outputs = model(inputs, context_length=4, training=False)
+                loss = loss_fn(targets, outputs)
+            return loss, tape.gradient(loss, model.trainable_weights)
+
+        eager = loss_and_grads(text[:, :-1], text[:, 5:])
+        compiled = tf.function(loss_and_grads, jit_compile=True)(text[:, :-1], text[:, 5:])
+        self.assertAllClose(eager[0], compiled[0], atol=1e-5)
+        for a, b in zip(eager[1], compiled[1]):
+            # The embedding's gradient may be IndexedSlices on one path and dense on the other.
+            self.assertAllClose(tf.convert_to_tensor(a), tf.convert_to_tensor(b), atol=1e-5)
+
+    @parameterized.named_parameters(*BOTH)
+    def test_keras_file_round_trip_in_a_fresh_process(self, cls):
+        model = tiny_model(cls)
+        text = self._text()
+        expected = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        model.save(path)
+        np.save(os.path.join(self.get_temp_dir(), "text.npy"), text)
+        output = testing.run_in_fresh_process(f"""
+            import numpy as np, keras
+            import psmm_tf.models  # registers the custom objects
+            model = keras.saving.load_model({path!r})
+            text = np.load({os.path.join(self.get_temp_dir(), 'text.npy')!r})
+            print(type(model).__name__)
+            np.save({os.path.join(self.get_temp_dir(), 'out.npy')!r},
+                    model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy())
+        """)
+        self.assertIn(cls.__name__, output)
+        self.assertAllClose(np.load(os.path.join(self.get_temp_dir(), "out.npy")), expected,
+                            atol=1e-6)
+
+    def test_medium_parameter_count_is_the_papers_arithmetic(self):
+        # Embedding 10000 x 650, two LSTM layers 4 x 650 x (650 + 650 + 1), softmax 650 x 10000
+        # + 10000: 19,775,200 weights (the paper's "20M"); the pointer adds 650^2 + 2 x 650.
+        medium = configs.get_preset("medium").model
+        for kind, expected in (("lstm", 19_775_200), ("psmm", 19_775_200 + 423_800)):
+            model_config = configs.dataclasses.replace(medium, kind=kind, vocab_size=10_000)
+            self.assertEqual(expected_parameter_count(model_config), expected)
+            self.assertEqual(build_model(model_config).count_params(), expected)
+            keras.backend.clear_session()
+
+    def test_rejects_bad_input(self):
+        model = tiny_model(PointerSentinelLM)
+        text = self._text()
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "`token_ids` holds an id >= the vocabulary size"):
+            model(text + VOCAB)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "`token_ids` holds a negative id"):
+            model(text - VOCAB)
+        with self.assertRaisesRegex(ValueError, "must be longer than context_length"):
+            model(text[:, :4], context_length=4)
+        with self.assertRaisesRegex(ValueError, "one \\(h, c\\) pair per layer \\(2\\)"):
+            model(text, state=model.zero_state(2)[:1])
+        with self.assertRaisesRegex(ValueError, "window_size must be an integer >= 1"):
+            tiny_model(PointerSentinelLM, window_size=0)
+
+
+if __name__ == "__main__":
+    tf.test.main()
