@@ -25,3 +25,17 @@ def expected_parameter_count(model_config):
     if model_config.kind == "psmm":
         count += pointer_parameter_count(model_config.hidden_dim)
     return count
+
+
+def parameter_table(vocab_size, presets=("tiny", "small", "medium", "large")):
+    """Rows `(preset, lstm_count, psmm_count, pointer_share)` of the paper's arithmetic."""
+    from psmm_tf import configs  # local: configs is a sibling, not a dependency of the math
+
+    rows = []
+    for name in presets:
+        model = configs.get_preset(name).model
+        lstm = lstm_lm_parameter_count(vocab_size, model.embedding_dim, model.hidden_dim,
+                                       model.num_layers)
+        pointer = pointer_parameter_count(model.hidden_dim)
+        rows.append((name, lstm, lstm + pointer, pointer / lstm))
+    return rows
