@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 DATASETS = ("synthetic", "ptb", "wikitext2", "wikitext103", "text")
-MODEL_KINDS = ("psmm", "lstm")
+MODEL_KINDS = ("psmm", "lstm", "pointer_softmax")
 POINTER_MEMORY_MODES = ("recompute", "cache")
 
 
@@ -28,7 +28,8 @@ def _check_positive_int(name, value):
 class ModelConfig:
     """The network."""
 
-    # "psmm" (pointer sentinel-LSTM) or "lstm" (the softmax-only baseline, same backbone).
+    # "psmm" (pointer sentinel-LSTM), "lstm" (the softmax-only baseline, same backbone) or
+    # "pointer_softmax" (the same pointer with Gulcehre et al.'s switch instead of the sentinel).
     kind: str = "psmm"
     # Size of the softmax vocabulary; set from the data's vocabulary.
     vocab_size: int = 10000
@@ -48,12 +49,15 @@ class ModelConfig:
     output_dropout: float = 0.5
     # Zoneout probability on the recurrent state (h and c) of every LSTM layer.
     zoneout: float = 0.1
+    # Hidden units of the pointer softmax's switch MLP (kind "pointer_softmax" only).
+    switch_units: int = 64
     # Seed of the initialisers and dropout masks (None: nondeterministic).
     seed: int | None = None
 
     def __post_init__(self):
         _check_choice("kind", self.kind, MODEL_KINDS)
-        for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size"):
+        for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
+                     "switch_units"):
             _check_positive_int(name, getattr(self, name))
         for name in ("input_dropout", "hidden_dropout", "output_dropout", "zoneout"):
             value = getattr(self, name)

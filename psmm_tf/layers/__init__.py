@@ -5,19 +5,23 @@ from psmm_tf.layers.mixture import (
     mixture_distribution,
     checked_ids,
     mixture_log_prob,
+    mixture_log_prob_from_vocab,
     pointer_loss,
     pointer_mass,
     vocab_log_prob,
 )
 from psmm_tf.layers.pointer_sentinel import PointerSentinel, window_band
+from psmm_tf.layers.pointer_softmax import PointerSoftmax
 from psmm_tf.layers.zoneout_lstm import ZoneoutLSTM
 
 __all__ = [
     "LockedDropout",
     "PointerSentinel",
+    "PointerSoftmax",
     "ZoneoutLSTM",
     "mixture_distribution",
     "mixture_log_prob",
+    "mixture_log_prob_from_vocab",
     "pointer_loss",
     "pointer_mass",
     "vocab_log_prob",

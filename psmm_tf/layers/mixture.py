@@ -52,11 +52,33 @@ def mixture_log_prob(vocab_logits, attention, gate, key_ids, targets):
     )
     _check_mixture_shapes(attention, key_ids, vocab_logits=vocab_logits, gate=gate,
                           targets=targets)
-    log_vocab = vocab_log_prob(vocab_logits, targets)
+    return mixture_log_prob_from_vocab(
+        vocab_log_prob(vocab_logits, targets), attention, gate, key_ids, targets
+    )
+
+
+def mixture_log_prob_from_vocab(target_vocab_log_prob, attention, gate, key_ids, targets):
+    """`mixture_log_prob` from the target's vocabulary log-probability, however obtained.
+
+    For softmaxes that never form full logits in training (sampled or CNN softmax, whose
+    estimate of `log p_vocab(y)` comes from a sample of the vocabulary) the pointer part of the
+    mixture is unchanged.
+
+    Args:
+        target_vocab_log_prob: float `(batch_size, T)`, `log p_vocab(targets)`.
+        attention, gate, key_ids, targets: as for `mixture_log_prob`.
+
+    Returns:
+        float32 `(batch_size, T)`.
+    """
+    target_vocab_log_prob, attention, gate, key_ids, targets = _as_tensors(
+        target_vocab_log_prob, attention, gate, key_ids, targets
+    )
+    _check_mixture_shapes(attention, key_ids, gate=gate, targets=targets)
     log_gate = tf.math.log(tf.maximum(gate, _TINY))
     log_pointer = tf.math.log(tf.maximum(pointer_mass(attention, key_ids, targets), _TINY))
     # log(g p_vocab + p_ptr) = logaddexp(log g + log p_vocab, log p_ptr)
-    return tf.experimental.numpy.logaddexp(log_gate + log_vocab, log_pointer)
+    return tf.experimental.numpy.logaddexp(log_gate + target_vocab_log_prob, log_pointer)
 
 
 def pointer_loss(attention, gate, key_ids, targets):

@@ -66,6 +66,15 @@ class PointerSentinel(keras.layers.Layer):
         self.sentinel_initializer = keras.initializers.get(sentinel_initializer)
 
     def build(self, hidden_shape, memory_shape=None, memory_mask_shape=None):
+        dim = self._build_query(hidden_shape)
+        # The sentinel is a key like any other, so it is initialised like the query kernel's
+        # columns; (1, D) keeps glorot's fan computation meaningful.
+        self.sentinel = self.add_weight(
+            name="sentinel", shape=(dim,), initializer=self._sentinel_init
+        )
+
+    def _build_query(self, hidden_shape):
+        """Creates `W` and `b` of the query (eq. 4); returns the hidden size D."""
         dim = hidden_shape[-1]
         if dim is None:
             raise ValueError(f"The last dimension of `hidden` must be known, got {hidden_shape}.")
@@ -73,16 +82,29 @@ class PointerSentinel(keras.layers.Layer):
             name="query_kernel", shape=(dim, dim), initializer=self.kernel_initializer
         )
         self.query_bias = self.add_weight(name="query_bias", shape=(dim,), initializer="zeros")
-        # The sentinel is a key like any other, so it is initialised like the query kernel's
-        # columns; (1, D) keeps glorot's fan computation meaningful.
-        self.sentinel = self.add_weight(
-            name="sentinel", shape=(dim,), initializer=self._sentinel_init
-        )
+        return dim
 
     def _sentinel_init(self, shape, dtype=None):
         return ops.reshape(self.sentinel_initializer((1, shape[0]), dtype=dtype), shape)
 
     def call(self, hidden, memory=None, memory_mask=None):
+        query, key_scores, allowed = self.window_scores(hidden, memory, memory_mask)
+        sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, query.dtype))
+        # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
+        scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
+        weights = ops.softmax(scores, axis=-1)
+        attention = ops.where(allowed, weights[..., :-1], ops.cast(0.0, query.dtype))
+        gate = weights[..., -1]
+        return attention, gate
+
+    def window_scores(self, hidden, memory=None, memory_mask=None):
+        """The query and its scores over the window.
+
+        Returns:
+            `(query, scores, allowed)`: the query `(B, T, D)`, scores `q . h_i` (eq. 5) of shape
+            `(B, T, M + T)` with a very negative value where not allowed, and the bool
+            `allowed` `(B, T, M + T)`: inside the window and not masked.
+        """
         shapes.check_rank("hidden", hidden, 3)
         keys, key_mask = self._keys(hidden, memory, memory_mask)
         num_queries = ops.shape(hidden)[1]
@@ -92,22 +114,14 @@ class PointerSentinel(keras.layers.Layer):
         score_dtype = "float64" if hidden.dtype == "float64" else "float32"
         query = ops.tanh(ops.matmul(hidden, self.query_kernel) + self.query_bias)
         query = ops.cast(query, score_dtype)
-        keys = ops.cast(keys, score_dtype)
-        key_scores = ops.einsum("btd,bkd->btk", query, keys)  # eq. 5: z_i = q . h_i
-        sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, score_dtype))
+        key_scores = ops.einsum("btd,bkd->btk", query, ops.cast(keys, score_dtype))
 
         allowed = window_band(num_queries, num_memory, self.window_size)  # [T, M + T]
         allowed = ops.logical_and(allowed[None, :, :], key_mask[:, None, :])
         # A finite very negative score gives exactly zero weight after the softmax, and unlike
         # -inf keeps the gradient of masked scores finite (zero).
         key_scores = ops.where(allowed, key_scores, ops.cast(-1e30, score_dtype))
-
-        # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
-        scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
-        weights = ops.softmax(scores, axis=-1)
-        attention = ops.where(allowed, weights[..., :-1], ops.cast(0.0, score_dtype))
-        gate = weights[..., -1]
-        return attention, gate
+        return query, key_scores, allowed
 
     def _keys(self, hidden, memory, memory_mask):
         """Returns keys [B, M + T, D] and their validity [B, M + T]."""

@@ -5,13 +5,21 @@ from psmm_tf.models.language_model import LanguageModel
 from psmm_tf.models.lstm_lm import LSTMLanguageModel
 from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
+from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
 
-MODEL_CLASSES = {"psmm": PointerSentinelLM, "lstm": LSTMLanguageModel}
+MODEL_CLASSES = {
+    "psmm": PointerSentinelLM,
+    "lstm": LSTMLanguageModel,
+    "pointer_softmax": PointerSoftmaxLM,
+}
 
 
 def build_model(model_config):
     """The language model a `psmm_tf.configs.ModelConfig` describes."""
     cls = MODEL_CLASSES[model_config.kind]
+    extra = {}
+    if model_config.kind == "pointer_softmax":
+        extra["switch_units"] = model_config.switch_units
     return cls(
         vocab_size=model_config.vocab_size,
         embedding_dim=model_config.embedding_dim,
@@ -24,6 +32,7 @@ def build_model(model_config):
         zoneout=model_config.zoneout,
         seed=model_config.seed,
         name=f"{model_config.kind}_language_model",
+        **extra,
     )
 
 
@@ -33,6 +42,7 @@ __all__ = [
     "LanguageModel",
     "MODEL_CLASSES",
     "PointerSentinelLM",
+    "PointerSoftmaxLM",
     "build_model",
     "expected_parameter_count",
 ]

@@ -12,6 +12,7 @@ from psmm_tf.losses import PointerSentinelLoss
 from psmm_tf.models import (
     LSTMLanguageModel,
     PointerSentinelLM,
+    PointerSoftmaxLM,
     build_model,
     expected_parameter_count,
 )
@@ -25,7 +26,8 @@ def tiny_model(cls, window_size=5, seed=7):
                output_dropout=0.2, zoneout=0.1, seed=seed)
 
 
-BOTH = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel))
+BOTH = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel),
+        ("pointer_softmax", PointerSoftmaxLM))
 
 
 class LanguageModelTest(testing.TestCase, parameterized.TestCase):
@@ -165,7 +167,9 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         # Embedding 10000 x 650, two LSTM layers 4 x 650 x (650 + 650 + 1), softmax 650 x 10000
         # + 10000: 19,775,200 weights (the paper's "20M"); the pointer adds 650^2 + 2 x 650.
         medium = configs.get_preset("medium").model
-        for kind, expected in (("lstm", 19_775_200), ("psmm", 19_775_200 + 423_800)):
+        # The pointer softmax swaps the sentinel (650) for a 64-unit switch MLP (41,729).
+        for kind, expected in (("lstm", 19_775_200), ("psmm", 19_775_200 + 423_800),
+                               ("pointer_softmax", 19_775_200 + 423_800 - 650 + 41_729)):
             model_config = configs.dataclasses.replace(medium, kind=kind, vocab_size=10_000)
             self.assertEqual(expected_parameter_count(model_config), expected)
             self.assertEqual(build_model(model_config).count_params(), expected)

@@ -22,8 +22,12 @@ def expected_parameter_count(model_config):
     """Parameters a `ModelConfig` builds: the LSTM LM plus, for PSMM, `H^2 + 2H`."""
     count = lstm_lm_parameter_count(model_config.vocab_size, model_config.embedding_dim,
                                     model_config.hidden_dim, model_config.num_layers)
-    if model_config.kind == "psmm":
+    if model_config.kind in ("psmm", "pointer_softmax"):
         count += pointer_parameter_count(model_config.hidden_dim)
+    if model_config.kind == "pointer_softmax":
+        # The sentinel s is replaced by the switch MLP: W_z [D, U], b_z [U], v [U], c.
+        units = model_config.switch_units
+        count += -model_config.hidden_dim + model_config.hidden_dim * units + 2 * units + 1
     return count
 
 
