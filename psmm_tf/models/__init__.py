@@ -3,6 +3,7 @@
 from psmm_tf.models.backbone import LSTMBackbone
 from psmm_tf.models.language_model import LanguageModel
 from psmm_tf.models.lstm_lm import LSTMLanguageModel
+from psmm_tf.models.neural_cache import NeuralCache, cache_grid_search
 from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
 from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
@@ -41,6 +42,8 @@ __all__ = [
     "LSTMLanguageModel",
     "LanguageModel",
     "MODEL_CLASSES",
+    "NeuralCache",
+    "cache_grid_search",
     "PointerSentinelLM",
     "PointerSoftmaxLM",
     "build_model",

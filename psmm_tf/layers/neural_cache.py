@@ -1,0 +1,92 @@
+"""The continuous (neural) cache of Grave, Joulin and Usunier (2017), as plain functions.
+
+    p_cache(w | h_1..t) ∝ sum_{i < t, x_{i+1} = w} exp(theta h_t . h_i)       (Grave et al. eq. 2)
+    p(w) = (1 - lambda) p_model(w) + lambda p_cache(w)                         (eq. 4)
+
+The cache holds the last `window` hidden states of the model's top layer, each with the word that
+followed it. It needs no training. A position with no history yet (the first token of a text)
+has no cache distribution and keeps `p_model`: the cache is used exactly from the second token on.
+"""
+
+import tensorflow as tf
+
+from psmm_tf.layers.pointer_sentinel import window_band
+
+_TINY = 1e-30
+
+
+def empty_cache(batch_size, window, hidden_dim, dtype=tf.float32):
+    """A cache with no entries: hidden `(B, W, D)`, next_ids `(B, W)`, mask `(B, W)`."""
+    return {
+        "hidden": tf.zeros((batch_size, window, hidden_dim), dtype),
+        "next_ids": tf.zeros((batch_size, window), tf.int32),
+        "mask": tf.zeros((batch_size, window), tf.bool),
+    }
+
+
+def cache_keys(cache, hidden, targets, token_mask):
+    """The cache's entries followed by this chunk's states, each with the word after it.
+
+    Within a chunk the word that follows position i's state is `targets[:, i]`.
+
+    Returns:
+        dict of hidden `(B, W + T, D)`, next_ids `(B, W + T)`, mask `(B, W + T)`.
+    """
+    return {
+        "hidden": tf.concat([tf.cast(cache["hidden"], hidden.dtype), hidden], axis=1),
+        "next_ids": tf.concat([tf.cast(cache["next_ids"], tf.int32),
+                               tf.cast(targets, tf.int32)], axis=1),
+        "mask": tf.concat([tf.cast(cache["mask"], tf.bool), tf.cast(token_mask, tf.bool)],
+                          axis=1),
+    }
+
+
+def cache_target_probs(hidden, keys, targets, thetas, window):
+    """`p_cache(target)` for each theta, and whether each position has any history.
+
+    Args:
+        hidden: float `(B, T, D)`, the queries `h_t`.
+        keys: from `cache_keys`, with `W` entries before the `T` of this chunk.
+        targets: int `(B, T)`.
+        thetas: float `(G,)`, the flatness parameters to evaluate at once.
+        window: int. How many previous states a position sees.
+
+    Returns:
+        `(probs, has_history)`: float32 `(G, B, T)` and bool `(B, T)`.
+    """
+    hidden = tf.cast(hidden, tf.float32)
+    num_queries = tf.shape(hidden)[1]
+    num_before = tf.shape(keys["hidden"])[1] - num_queries
+    # Strictly earlier states: a band of width window + 1 ending at the query, minus itself.
+    band = window_band(num_queries, num_before, window + 1)
+    own = window_band(num_queries, num_before, 1)
+    allowed = tf.logical_and(tf.logical_and(band, tf.logical_not(own))[None],
+                             keys["mask"][:, None, :])  # [B, T, K]
+    dots = tf.einsum("btd,bkd->btk", hidden, tf.cast(keys["hidden"], tf.float32))
+    matches = tf.logical_and(allowed, tf.equal(keys["next_ids"][:, None, :],
+                                               tf.cast(targets, tf.int32)[:, :, None]))
+    scores = tf.cast(thetas, tf.float32)[:, None, None, None] * dots[None]  # [G, B, T, K]
+    scores = tf.where(allowed[None], scores, -1e30)
+    weights = tf.nn.softmax(scores, axis=-1)
+    probs = tf.reduce_sum(tf.where(matches[None], weights, 0.0), axis=-1)
+    return probs, tf.reduce_any(allowed, axis=-1)
+
+
+def interpolate(model_log_prob, cache_prob, has_history, lam):
+    """`log((1 - lambda) p_model + lambda p_cache)`, or `log p_model` where there is no history.
+
+    Args:
+        model_log_prob: float `(..., B, T)`. cache_prob: float, broadcastable to it.
+        has_history: bool `(B, T)`. lam: float or tensor broadcastable to the result.
+    """
+    model_log_prob = tf.cast(model_log_prob, tf.float32)
+    lam = tf.cast(lam, tf.float32)
+    mixed = tf.math.log(tf.maximum(
+        (1.0 - lam) * tf.exp(model_log_prob) + lam * cache_prob, _TINY))
+    return tf.where(has_history, mixed, model_log_prob)
+
+
+def updated_cache(keys, window):
+    """The last `window` entries of `cache_keys(...)`: the cache for the next chunk."""
+    size = tf.shape(keys["next_ids"])[1]
+    return {name: value[:, size - window:] for name, value in keys.items()}

@@ -1,0 +1,122 @@
+"""Evaluation with a neural cache on top of any trained language model of the package."""
+
+import itertools
+
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf.layers import neural_cache
+
+
+class NeuralCache:
+    """Scores text with `p = (1 - lambda) p_model + lambda p_cache` (Grave et al. 2017).
+
+    Wraps a trained `LanguageModel` (LSTM, PSMM, ...) without changing or training it: its
+    top-layer hidden states and the words that followed them form the cache. Texts are read in
+    pieces with state, memory and cache carried, exactly as reading them whole.
+
+    Args:
+        model: a `psmm_tf.models.LanguageModel`.
+        window: int. Number of previous hidden states in the cache.
+        theta: float. Flatness of the cache distribution.
+        lam: float in [0, 1]. Interpolation weight of the cache.
+
+    References:
+        - [Grave et al., 2017](https://arxiv.org/abs/1612.04426)
+    """
+
+    def __init__(self, model, window=100, theta=0.3, lam=0.1):
+        if not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be an integer >= 1, got {window!r}.")
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"lam must be in [0, 1], got {lam!r}.")
+        if not theta >= 0.0:
+            raise ValueError(f"theta must be >= 0, got {theta!r}.")
+        self.model = model
+        self.window = window
+        self.theta = float(theta)
+        self.lam = float(lam)
+        self._step = tf.function(self._probabilities, reduce_retracing=True)
+
+    def empty_cache(self, batch_size):
+        """The cache at the start of a text."""
+        return neural_cache.empty_cache(batch_size, self.window, self.model.hidden_dim)
+
+    def score(self, inputs, targets, token_mask=None, state=None, memory=None, cache=None):
+        """Like `LanguageModel.score`, with the cache; also takes and returns `cache`."""
+        out = self.probabilities(inputs, targets, token_mask, state, memory, cache,
+                                 thetas=[self.theta])
+        log_probs = neural_cache.interpolate(out["model_log_probs"], out["cache_probs"][0],
+                                             out["has_history"], self.lam)
+        log_probs = tf.where(out["token_mask"], log_probs, 0.0)
+        return {"log_probs": log_probs, "state": out["state"], "memory": out["memory"],
+                "cache": out["cache"]}
+
+    def probabilities(self, inputs, targets, token_mask=None, state=None, memory=None,
+                      cache=None, thetas=(0.3,)):
+        """The model's log-probabilities and the cache's probabilities for several thetas.
+
+        Returns:
+            dict with `model_log_probs` `(B, T)`, `cache_probs` `(G, B, T)`, `has_history`
+            `(B, T)`, `token_mask`, and the carried `state`, `memory`, `cache`.
+        """
+        inputs = tf.convert_to_tensor(inputs, tf.int32)
+        batch_size = tf.shape(inputs)[0]
+        if token_mask is None:
+            token_mask = tf.ones(tf.shape(inputs), tf.bool)
+        state = self.model.zero_state(batch_size) if state is None else state
+        memory = self.model.empty_memory(batch_size) if memory is None else memory
+        cache = self.empty_cache(batch_size) if cache is None else cache
+        return self._step(inputs, tf.convert_to_tensor(targets, tf.int32),
+                          tf.cast(token_mask, tf.bool), state, memory, cache,
+                          tf.constant(thetas, tf.float32))
+
+    def _probabilities(self, inputs, targets, token_mask, state, memory, cache, thetas):
+        outputs = self.model(inputs, token_mask=token_mask, state=state, memory=memory,
+                             training=False)
+        safe_targets = tf.where(token_mask, targets, 0)
+        model_log_probs = self.model.log_prob(outputs, safe_targets)
+        keys = neural_cache.cache_keys(cache, outputs["hidden"], safe_targets, token_mask)
+        cache_probs, has_history = neural_cache.cache_target_probs(
+            outputs["hidden"], keys, safe_targets, thetas, self.window)
+        return {"model_log_probs": model_log_probs, "cache_probs": cache_probs,
+                "has_history": has_history, "token_mask": token_mask,
+                "state": outputs["state"], "memory": outputs["memory"],
+                "cache": neural_cache.updated_cache(keys, self.window)}
+
+
+def cache_grid_search(model, windows, thetas, lambdas, window=100):
+    """Perplexity of every (theta, lambda) on evaluation windows, in one pass of the model.
+
+    Args:
+        model: a trained `LanguageModel`.
+        windows: iterable of dicts with `token_ids`, `targets`, `token_mask`, `target_weights`
+            (from `psmm_tf.data.evaluation_windows`), in stream order.
+        thetas, lambdas: sequences of floats.
+        window: int. Cache size.
+
+    Returns:
+        `(results, best)`: `results` maps `(theta, lambda)` to perplexity, including
+        `lambda = 0` (the model alone); `best` is the `(theta, lambda)` of lowest perplexity.
+    """
+    cache = NeuralCache(model, window=window)
+    thetas, lambdas = list(thetas), list(lambdas)
+    totals = np.zeros((len(thetas), len(lambdas)))
+    count = 0.0
+    state = memory = cache_state = None
+    for batch in windows:
+        out = cache.probabilities(batch["token_ids"], batch["targets"], batch["token_mask"],
+                                  state, memory, cache_state, thetas=thetas)
+        state, memory, cache_state = out["state"], out["memory"], out["cache"]
+        weights = tf.cast(batch["target_weights"], tf.float32)
+        log_probs = neural_cache.interpolate(
+            out["model_log_probs"][None, None], out["cache_probs"][:, None],
+            out["has_history"], tf.constant(lambdas, tf.float32)[None, :, None, None])  # [G, Λ, B, T]
+        totals += tf.reduce_sum(log_probs * weights, axis=[2, 3]).numpy()
+        count += float(tf.reduce_sum(weights))
+    if count == 0:
+        raise ValueError("cache_grid_search got no targets: `windows` is empty.")
+    perplexity = np.exp(-totals / count)
+    results = {(float(t), float(lam)): float(perplexity[i, j])
+               for (i, t), (j, lam) in itertools.product(enumerate(thetas), enumerate(lambdas))}
+    return results, min(results, key=results.get)

@@ -1,0 +1,90 @@
+"""Tests of the neural cache against a NumPy loop over Grave et al.'s equations."""
+
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf import testing
+from psmm_tf.models import LSTMLanguageModel, PointerSentinelLM
+from psmm_tf.models.neural_cache import NeuralCache, cache_grid_search
+
+VOCAB = 9  # small, so that words recur and the cache has matches
+
+
+def reference_cache_log_probs(model_log_probs, hidden, inputs, targets, theta, lam, window):
+    """One stream: p = (1 - lam) p_model + lam p_cache, p_cache over states i in [t-W, t)."""
+    out = np.array(model_log_probs, np.float64)
+    for t in range(len(targets)):
+        history = range(max(0, t - window), t)
+        if not history:
+            continue  # the first token has no history: p_model alone
+        scores = np.array([theta * hidden[t] @ hidden[i] for i in history])
+        weights = np.exp(scores - scores.max())
+        weights /= weights.sum()
+        # The word that followed state i is targets[i] (= inputs[i + 1]).
+        p_cache = sum(w for w, i in zip(weights, history) if targets[i] == targets[t])
+        out[t] = np.log((1 - lam) * np.exp(model_log_probs[t]) + lam * p_cache)
+    return out
+
+
+class NeuralCacheTest(testing.TestCase):
+
+    def _model(self, cls=LSTMLanguageModel):
+        return cls(vocab_size=VOCAB, embedding_dim=5, hidden_dim=6, num_layers=1,
+                   window_size=4, seed=3)
+
+    def test_streamed_pieces_match_the_equations_from_the_first_token(self):
+        model = self._model()
+        text = self.rng.integers(0, VOCAB, size=(1, 21)).astype("int32")
+        inputs, targets = text[:, :-1], text[:, 1:]
+        model_log_probs = model.score(inputs, targets)["log_probs"].numpy()[0]
+        hidden = model(inputs, memory=model.empty_memory(1))["hidden"].numpy()[0]
+        expected = reference_cache_log_probs(model_log_probs, hidden, inputs[0], targets[0],
+                                             theta=0.7, lam=0.3, window=6)
+        cache = NeuralCache(model, window=6, theta=0.7, lam=0.3)
+        state = memory = cache_state = None
+        pieces = []
+        for start, end in ((0, 4), (4, 13), (13, 20)):
+            out = cache.score(inputs[:, start:end], targets[:, start:end], state=state,
+                              memory=memory, cache=cache_state)
+            state, memory, cache_state = out["state"], out["memory"], out["cache"]
+            pieces.append(out["log_probs"].numpy()[0])
+        actual = np.concatenate(pieces)
+        self.assertAllClose(actual, expected, atol=1e-5)
+        self.assertEqual(actual[0], model_log_probs[0])  # no history yet
+        self.assertNotAllClose(actual[1:], model_log_probs[1:])  # used from the 2nd token
+
+    def test_wraps_a_pointer_model_and_lambda_zero_is_the_model(self):
+        model = self._model(PointerSentinelLM)
+        text = self.rng.integers(0, VOCAB, size=(2, 9)).astype("int32")
+        plain = model.score(text[:, :-1], text[:, 1:])["log_probs"]
+        cached = NeuralCache(model, window=5, lam=0.0).score(text[:, :-1], text[:, 1:])
+        self.assertAllClose(cached["log_probs"], plain, atol=1e-6)
+
+    def test_grid_search_matches_direct_scoring(self):
+        model = self._model()
+        text = self.rng.integers(0, VOCAB, size=(1, 25)).astype("int32")
+        windows = []
+        for start in range(0, 24, 8):
+            windows.append({
+                "token_ids": text[:, start:start + 8], "targets": text[:, start + 1:start + 9],
+                "token_mask": np.ones((1, 8), bool), "target_weights": np.ones((1, 8), "float32"),
+            })
+        results, best = cache_grid_search(model, windows, thetas=[0.1, 1.0], lambdas=[0.0, 0.4],
+                                          window=5)
+        direct = NeuralCache(model, window=5, theta=1.0, lam=0.4).score(text[:, :-1], text[:, 1:])
+        self.assertAllClose(results[(1.0, 0.4)], np.exp(-np.mean(direct["log_probs"])), rtol=1e-5)
+        self.assertAlmostEqual(results[(0.1, 0.0)], results[(1.0, 0.0)], places=4)
+        self.assertEqual(best, min(results, key=results.get))
+
+    def test_rejects_bad_parameters(self):
+        model = self._model()
+        with self.assertRaisesRegex(ValueError, "window must be an integer >= 1"):
+            NeuralCache(model, window=0)
+        with self.assertRaisesRegex(ValueError, r"lam must be in \[0, 1\]"):
+            NeuralCache(model, lam=1.5)
+        with self.assertRaisesRegex(ValueError, "theta must be >= 0"):
+            NeuralCache(model, theta=-1.0)
+
+
+if __name__ == "__main__":
+    tf.test.main()
