@@ -1,5 +1,6 @@
 """Keras layers and mixture ops of the pointer sentinel mixture model and its relatives."""
 
+from psmm_tf.layers.input_output_gate import InputOutputGate
 from psmm_tf.layers.locked_dropout import LockedDropout
 from psmm_tf.layers.mixture import (
     mixture_distribution,
@@ -15,6 +16,7 @@ from psmm_tf.layers.pointer_softmax import PointerSoftmax
 from psmm_tf.layers.zoneout_lstm import ZoneoutLSTM
 
 __all__ = [
+    "InputOutputGate",
     "LockedDropout",
     "PointerSentinel",
     "PointerSoftmax",

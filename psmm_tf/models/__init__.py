@@ -1,6 +1,7 @@
 """Language models: the backbone and the tasks built on it."""
 
 from psmm_tf.models.backbone import LSTMBackbone
+from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.language_model import LanguageModel
 from psmm_tf.models.lstm_lm import LSTMLanguageModel
 from psmm_tf.models.neural_cache import NeuralCache, cache_grid_search
@@ -38,6 +39,7 @@ def build_model(model_config):
 
 
 __all__ = [
+    "InputOutputGateLM",
     "LSTMBackbone",
     "LSTMLanguageModel",
     "LanguageModel",

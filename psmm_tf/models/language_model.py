@@ -7,7 +7,48 @@ from keras import ops
 from psmm_tf.models.backbone import LSTMBackbone
 
 
-class LanguageModel(keras.Model):
+class ScoringMixin:
+    """`score()` for any model with the `LanguageModel` call signature and `log_prob`."""
+
+    def score(self, inputs, targets, token_mask=None, state=None, memory=None):
+        """Log-probabilities of `targets` given `inputs` and the carried state and memory.
+
+        Args:
+            inputs: int `(batch_size, T)`: token `t` is read before `targets[:, t]` is predicted.
+            targets: int `(batch_size, T)`.
+            token_mask: optional bool `(batch_size, T)`; False for padding after a text's end.
+            state, memory: carried from a previous call (None: the start of a text).
+
+        Returns:
+            A dict with `log_probs` `(batch_size, T)` (0 where masked), `gate` `(batch_size, T)`
+            (the share of the vocabulary softmax; 1 for models without a pointer), and the
+            `state` and `memory` to pass to the call for the next piece of the same texts.
+        """
+        if getattr(self, "_score_function", None) is None:
+            self._score_function = tf.function(self._score, reduce_retracing=True)
+        inputs = tf.convert_to_tensor(inputs)
+        batch_size = tf.shape(inputs)[0]
+        if token_mask is None:
+            token_mask = tf.ones(tf.shape(inputs), dtype=tf.bool)
+        if state is None:
+            state = self.zero_state(batch_size)
+        if memory is None:
+            memory = self.empty_memory(batch_size)
+        return self._score_function(inputs, tf.convert_to_tensor(targets), token_mask, state,
+                                    memory)
+
+    def _score(self, inputs, targets, token_mask, state, memory):
+        outputs = self(inputs, token_mask=token_mask, state=state, memory=memory, training=False)
+        token_mask = tf.cast(token_mask, tf.bool)
+        # Padded targets may hold any id: score a valid one and zero the result.
+        safe_targets = tf.where(token_mask, tf.cast(targets, tf.int32), 0)
+        log_probs = tf.where(token_mask, self.log_prob(outputs, safe_targets), 0.0)
+        gate = outputs.get("gate", tf.ones_like(log_probs))
+        return {"log_probs": log_probs, "gate": gate, "state": outputs["state"],
+                "memory": outputs["memory"]}
+
+
+class LanguageModel(ScoringMixin, keras.Model):
     """Base of the language-model tasks: an `LSTMBackbone`, a vocabulary softmax, and a head.
 
     A forward pass reads a window of `C + T` tokens: `C` leading context positions (recomputed
@@ -67,7 +108,6 @@ class LanguageModel(keras.Model):
             vocab_size, kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
             name="vocab_head",
         )
-        self._score_function = None
         self.build()
 
     @property
@@ -154,43 +194,6 @@ class LanguageModel(keras.Model):
             older["mask"] if has_older else None,
         ))
         return outputs
-
-    def score(self, inputs, targets, token_mask=None, state=None, memory=None):
-        """Log-probabilities of `targets` given `inputs` and the carried state and memory.
-
-        Args:
-            inputs: int `(batch_size, T)`: token `t` is read before `targets[:, t]` is predicted.
-            targets: int `(batch_size, T)`.
-            token_mask: optional bool `(batch_size, T)`; False for padding after a text's end.
-            state, memory: carried from a previous call (None: the start of a text).
-
-        Returns:
-            A dict with `log_probs` `(batch_size, T)` (0 where masked), `gate` `(batch_size, T)`
-            (the share of the vocabulary softmax; 1 for models without a pointer), and the
-            `state` and `memory` to pass to the call for the next piece of the same texts.
-        """
-        if self._score_function is None:
-            self._score_function = tf.function(self._score, reduce_retracing=True)
-        inputs = tf.convert_to_tensor(inputs)
-        batch_size = tf.shape(inputs)[0]
-        if token_mask is None:
-            token_mask = tf.ones(tf.shape(inputs), dtype=tf.bool)
-        if state is None:
-            state = self.zero_state(batch_size)
-        if memory is None:
-            memory = self.empty_memory(batch_size)
-        return self._score_function(inputs, tf.convert_to_tensor(targets), token_mask, state,
-                                    memory)
-
-    def _score(self, inputs, targets, token_mask, state, memory):
-        outputs = self(inputs, token_mask=token_mask, state=state, memory=memory, training=False)
-        token_mask = tf.cast(token_mask, tf.bool)
-        # Padded targets may hold any id: score a valid one and zero the result.
-        safe_targets = tf.where(token_mask, tf.cast(targets, tf.int32), 0)
-        log_probs = tf.where(token_mask, self.log_prob(outputs, safe_targets), 0.0)
-        gate = outputs.get("gate", tf.ones_like(log_probs))
-        return {"log_probs": log_probs, "gate": gate, "state": outputs["state"],
-                "memory": outputs["memory"]}
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,76 @@
+"""A trained language model with an input-to-output gate on its softmax (Takase et al. 2017)."""
+
+import keras
+
+from psmm_tf.layers import InputOutputGate
+from psmm_tf.models.language_model import ScoringMixin
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class InputOutputGateLM(ScoringMixin, keras.Model):
+    """Wraps a trained `LanguageModel`, frozen, and gates its vocabulary logits by input word.
+
+    `vocab_logits <- InputOutputGate(x_t) * vocab_logits` at each predicted position; the rest of
+    the wrapped model's outputs (a pointer's attention and gate included) is unchanged, so
+    `log_prob` and `distribution` are the wrapped model's own on the gated logits. Only the gate
+    is trained (paper: Adam, learning rate 0.001).
+
+    Args:
+        base_model: a trained `psmm_tf.models.LanguageModel`; it is frozen.
+        embedding_dim, dropout, seed: of the gate (`InputOutputGate`).
+
+    Call arguments and returns: as `LanguageModel`.
+    """
+
+    def __init__(self, base_model, embedding_dim=300, dropout=0.5, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(base_model, dict):
+            base_model = keras.saving.deserialize_keras_object(base_model)
+        self.base_model = base_model
+        self.base_model.trainable = False
+        self.embedding_dim = embedding_dim
+        self.dropout = dropout
+        self.seed = seed
+        self.gate = InputOutputGate(base_model.vocab_size, embedding_dim, dropout, seed,
+                                    name="input_output_gate")
+        self.gate.build()
+        self.built = True
+
+    # The wrapped model's sizes, state and memory are this model's.
+    vocab_size = property(lambda self: self.base_model.vocab_size)
+    hidden_dim = property(lambda self: self.base_model.hidden_dim)
+    window_size = property(lambda self: self.base_model.window_size)
+    memory_size = property(lambda self: self.base_model.memory_size)
+
+    def zero_state(self, batch_size):
+        return self.base_model.zero_state(batch_size)
+
+    def empty_memory(self, batch_size):
+        return self.base_model.empty_memory(batch_size)
+
+    def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
+             training=False):
+        # The frozen model runs in inference mode (no dropout); only the gate trains.
+        outputs = dict(self.base_model(token_ids, token_mask=token_mask, state=state,
+                                       memory=memory, context_length=context_length,
+                                       training=False))
+        gate = self.gate(token_ids[:, context_length:], training=training)
+        outputs["vocab_logits"] = outputs["vocab_logits"] * gate
+        return outputs
+
+    def log_prob(self, outputs, targets):
+        return self.base_model.log_prob(outputs, targets)
+
+    def distribution(self, outputs):
+        return self.base_model.distribution(outputs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"base_model": keras.saving.serialize_keras_object(self.base_model),
+                       "embedding_dim": self.embedding_dim, "dropout": self.dropout,
+                       "seed": self.seed})
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,73 @@
+"""Tests of the input-to-output gate: the equation in NumPy, frozen base, save/load."""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf import testing
+from psmm_tf.losses import PointerSentinelLoss
+from psmm_tf.models import InputOutputGateLM, LSTMLanguageModel, PointerSentinelLM
+
+VOCAB = 13
+
+
+def _base(cls):
+    return cls(vocab_size=VOCAB, embedding_dim=5, hidden_dim=6, num_layers=1, window_size=3,
+               seed=2)
+
+
+class InputOutputGateLMTest(testing.TestCase):
+
+    def test_softmax_of_gated_logits(self):
+        base = _base(LSTMLanguageModel)
+        model = InputOutputGateLM(base, embedding_dim=4, seed=1)
+        text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
+        actual = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
+        logits = base(text[:, :-1])["vocab_logits"].numpy()
+        embedding = model.gate.embedding.embeddings.numpy()
+        kernel, bias = (w.numpy() for w in model.gate.projection.weights)
+        gate = 1 / (1 + np.exp(-(embedding[text[:, :-1]] @ kernel + bias)))  # g = σ(W e'(x) + b)
+        gated = gate * logits
+        log_softmax = gated - np.log(np.exp(gated).sum(-1, keepdims=True))
+        expected = np.take_along_axis(log_softmax, text[:, 1:, None], -1)[..., 0]
+        self.assertAllClose(actual, expected, atol=1e-5)
+
+    def test_training_changes_only_the_gate(self):
+        base = _base(PointerSentinelLM)
+        model = InputOutputGateLM(base, embedding_dim=4, dropout=0.5, seed=1)
+        self.assertEqual(len(model.trainable_weights), 3)  # embedding, kernel, bias of the gate
+        before = [w.numpy().copy() for w in base.weights]
+        text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
+        optimizer = keras.optimizers.Adam(0.01)
+        with tf.GradientTape() as tape:
+            loss = PointerSentinelLoss()(text[:, 1:], model(text[:, :-1], training=True))
+        grads = tape.gradient(loss, model.trainable_weights)
+        optimizer.apply_gradients(zip(grads, model.trainable_weights))
+        for old, weight in zip(before, base.weights):
+            self.assertAllEqual(old, weight.numpy())
+        self.assertTrue(all(float(tf.reduce_sum(tf.abs(g))) > 0 for g in
+                            map(tf.convert_to_tensor, grads)))
+
+    def test_keras_file_round_trip_in_a_fresh_process(self):
+        model = InputOutputGateLM(_base(PointerSentinelLM), embedding_dim=4, seed=1)
+        text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
+        expected = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
+        tmp = self.get_temp_dir()
+        model.save(os.path.join(tmp, "iog.keras"))
+        np.save(os.path.join(tmp, "text.npy"), text)
+        testing.run_in_fresh_process(f"""
+            import numpy as np, keras
+            import psmm_tf.models
+            model = keras.saving.load_model({os.path.join(tmp, 'iog.keras')!r})
+            assert type(model.base_model).__name__ == "PointerSentinelLM"
+            text = np.load({os.path.join(tmp, 'text.npy')!r})
+            np.save({os.path.join(tmp, 'out.npy')!r},
+                    model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy())
+        """)
+        self.assertAllClose(np.load(os.path.join(tmp, "out.npy")), expected, atol=1e-6)
+
+
+if __name__ == "__main__":
+    tf.test.main()
