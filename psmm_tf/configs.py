@@ -49,6 +49,14 @@ class ModelConfig:
     output_dropout: float = 0.5
     # Zoneout probability on the recurrent state (h and c) of every LSTM layer.
     zoneout: float = 0.1
+    # Output layer: "full" softmax, "sampled" (importance sampling in training, exact softmax in
+    # evaluation) or "cnn" (character-CNN output embeddings, sampled in training); the latter
+    # two train large vocabularies without a [B, T, V] tensor (Jozefowicz et al. 2016).
+    softmax: str = "full"
+    # Vocabulary samples per training step of the "sampled" and "cnn" softmaxes.
+    num_sampled: int = 1024
+    # Characters kept per word by the CNN softmax (begin/end markers included).
+    max_word_length: int = 24
     # Hidden units of the pointer softmax's switch MLP (kind "pointer_softmax" only).
     switch_units: int = 64
     # Seed of the initialisers and dropout masks (None: nondeterministic).
@@ -56,8 +64,9 @@ class ModelConfig:
 
     def __post_init__(self):
         _check_choice("kind", self.kind, MODEL_KINDS)
+        _check_choice("softmax", self.softmax, ("full", "sampled", "cnn"))
         for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
-                     "switch_units"):
+                     "switch_units", "num_sampled", "max_word_length"):
             _check_positive_int(name, getattr(self, name))
         for name in ("input_dropout", "hidden_dropout", "output_dropout", "zoneout"):
             value = getattr(self, name)

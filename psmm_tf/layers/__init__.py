@@ -1,5 +1,6 @@
 """Keras layers and mixture ops of the pointer sentinel mixture model and its relatives."""
 
+from psmm_tf.layers.cnn_softmax import CNNSoftmax
 from psmm_tf.layers.input_output_gate import InputOutputGate
 from psmm_tf.layers.locked_dropout import LockedDropout
 from psmm_tf.layers.mixture import (
@@ -13,9 +14,12 @@ from psmm_tf.layers.mixture import (
 )
 from psmm_tf.layers.pointer_sentinel import PointerSentinel, window_band
 from psmm_tf.layers.pointer_softmax import PointerSoftmax
+from psmm_tf.layers.sampled_softmax import SampledSoftmax
 from psmm_tf.layers.zoneout_lstm import ZoneoutLSTM
 
 __all__ = [
+    "CNNSoftmax",
+    "SampledSoftmax",
     "InputOutputGate",
     "LockedDropout",
     "PointerSentinel",

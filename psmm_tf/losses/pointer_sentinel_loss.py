@@ -24,7 +24,8 @@ class PointerSentinelLoss(keras.losses.Loss):
 
     Call arguments:
         y_true: int `(batch_size, T)`, the targets.
-        y_pred: dict with `vocab_logits` `(batch_size, T, V)`, `attention` `(batch_size, T, K)`,
+        y_pred: dict with `vocab_logits` `(batch_size, T, V)` (or a sampled softmax's
+            `target_vocab_log_prob` `(batch_size, T)`), `attention` `(batch_size, T, K)`,
             `gate` `(batch_size, T)` and `key_ids` `(batch_size, K)`: the outputs of
             `PointerSentinelLM`.
         sample_weight: optional float `(batch_size, T)`, e.g. zero for padding.
@@ -63,7 +64,12 @@ class PointerSentinelLoss(keras.losses.Loss):
         targets = tf.cast(y_true, tf.int32)
         key_ids = tf.cast(y_pred["key_ids"], tf.int32)
         attention, gate = y_pred["attention"], y_pred["gate"]
-        nll = -mixture.mixture_log_prob(y_pred["vocab_logits"], attention, gate, key_ids, targets)
+        if "target_vocab_log_prob" in y_pred:  # a sampled softmax's estimate (training)
+            nll = -mixture.mixture_log_prob_from_vocab(y_pred["target_vocab_log_prob"], attention,
+                                                       gate, key_ids, targets)
+        else:
+            nll = -mixture.mixture_log_prob(y_pred["vocab_logits"], attention, gate, key_ids,
+                                            targets)
         if self.pointer_weight == 0.0:
             return nll
         return nll + self.pointer_weight * mixture.pointer_loss(attention, gate, key_ids, targets)

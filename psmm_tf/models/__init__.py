@@ -33,6 +33,9 @@ def build_model(model_config):
         output_dropout=model_config.output_dropout,
         zoneout=model_config.zoneout,
         seed=model_config.seed,
+        softmax=model_config.softmax,
+        num_sampled=model_config.num_sampled,
+        max_word_length=model_config.max_word_length,
         name=f"{model_config.kind}_language_model",
         **extra,
     )

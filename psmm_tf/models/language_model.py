@@ -4,7 +4,10 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from psmm_tf.layers import CNNSoftmax, SampledSoftmax
 from psmm_tf.models.backbone import LSTMBackbone
+
+SOFTMAX_KINDS = ("full", "sampled", "cnn")
 
 
 class ScoringMixin:
@@ -63,6 +66,11 @@ class LanguageModel(ScoringMixin, keras.Model):
         window_size: int. `L`: hidden states a position may look back at, its own included.
         input_dropout, hidden_dropout, output_dropout, zoneout: regularisation of the backbone.
         seed: optional int. Seed of the initialisers and random masks.
+        softmax: "full", "sampled" (importance-sampled in training, exact in evaluation) or
+            "cnn" (output embeddings from a character CNN, sampled in training; call
+            `set_vocabulary(words)` after construction). Jozefowicz et al. 2016.
+        num_sampled: int. Vocabulary samples per training step ("sampled", "cnn").
+        max_word_length: int. Characters per word of the CNN softmax.
 
     Call arguments:
         token_ids: int `(batch_size, C + T)`.
@@ -73,6 +81,9 @@ class LanguageModel(ScoringMixin, keras.Model):
             and `mask` `(batch_size, M)`, `M = window_size - 1`, e.g. the previous call's
             `memory`. Its hidden states are constants (no gradient flows into them).
         context_length: static int `C >= 0`.
+        targets: optional int `(batch_size, T)`. With a sampled or CNN softmax in training, the
+            output holds `target_vocab_log_prob` (a sampled estimate, `(batch_size, T)`) instead
+            of `vocab_logits`, so no `(batch_size, T, V)` tensor is formed.
         training: bool.
 
     Returns:
@@ -85,8 +96,11 @@ class LanguageModel(ScoringMixin, keras.Model):
 
     def __init__(self, vocab_size, embedding_dim=650, hidden_dim=650, num_layers=2,
                  window_size=100, input_dropout=0.5, hidden_dropout=0.5, output_dropout=0.5,
-                 zoneout=0.1, seed=None, **kwargs):
+                 zoneout=0.1, seed=None, softmax="full", num_sampled=1024, max_word_length=24,
+                 **kwargs):
         super().__init__(**kwargs)
+        if softmax not in SOFTMAX_KINDS:
+            raise ValueError(f"softmax must be one of {SOFTMAX_KINDS}, got {softmax!r}.")
         if not isinstance(window_size, int) or window_size < 1:
             raise ValueError(f"window_size must be an integer >= 1, got {window_size!r}.")
         self.vocab_size = vocab_size
@@ -99,15 +113,16 @@ class LanguageModel(ScoringMixin, keras.Model):
         self.output_dropout = output_dropout
         self.zoneout = zoneout
         self.seed = seed
+        self.softmax = softmax
+        self.num_sampled = num_sampled
+        self.max_word_length = max_word_length
         self.backbone = LSTMBackbone(
             vocab_size, embedding_dim, hidden_dim, num_layers, input_dropout=input_dropout,
             hidden_dropout=hidden_dropout, output_dropout=output_dropout, zoneout=zoneout,
             seed=seed, name="backbone",
         )
-        self.vocab_head = keras.layers.Dense(
-            vocab_size, kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
-            name="vocab_head",
-        )
+        self.vocab_head = _vocab_head(softmax, vocab_size, hidden_dim, num_sampled,
+                                      max_word_length, seed)
         self.build()
 
     @property
@@ -149,8 +164,13 @@ class LanguageModel(ScoringMixin, keras.Model):
             "mask": ops.zeros((batch_size, size), dtype="bool"),
         }
 
+    def set_vocabulary(self, words):
+        """Gives the softmax the vocabulary's words (needed by the CNN softmax only)."""
+        if self.softmax == "cnn":
+            self.vocab_head.set_vocabulary(list(words))
+
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
-             training=False):
+             targets=None, training=False):
         token_ids = ops.cast(token_ids, "int32")
         window = ops.shape(token_ids)[1]
         if not isinstance(context_length, int) or context_length < 0:
@@ -182,12 +202,16 @@ class LanguageModel(ScoringMixin, keras.Model):
         new_memory = {name: value[:, ops.shape(value)[1] - size:] for name, value in
                       all_keys.items()}
         outputs = {
-            "vocab_logits": self.vocab_head(query_hidden),
             "hidden": query_hidden,
             "key_ids": ops.concatenate([older["token_ids"], token_ids[:, c:]], axis=1),
             "state": new_state,
             "memory": new_memory,
         }
+        if training and targets is not None and self.softmax != "full":
+            outputs["target_vocab_log_prob"] = self.vocab_head.sampled_log_prob(query_hidden,
+                                                                                targets)
+        else:
+            outputs["vocab_logits"] = self.vocab_head(query_hidden)
         has_older = memory is not None or c > 0
         outputs.update(self.head_outputs(
             query_hidden, older["hidden"] if has_older else None,
@@ -209,6 +233,9 @@ class LanguageModel(ScoringMixin, keras.Model):
                 "output_dropout": self.output_dropout,
                 "zoneout": self.zoneout,
                 "seed": self.seed,
+                "softmax": self.softmax,
+                "num_sampled": self.num_sampled,
+                "max_word_length": self.max_word_length,
             }
         )
         return config
@@ -216,6 +243,18 @@ class LanguageModel(ScoringMixin, keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, seed):
+    """The output layer: logits `(B, T, V)` from hidden states `(B, T, D)`."""
+    initializer = keras.initializers.GlorotUniform(seed=seed)
+    if softmax == "sampled":
+        return SampledSoftmax(vocab_size, num_sampled=num_sampled, seed=seed,
+                              kernel_initializer=initializer, name="vocab_head")
+    if softmax == "cnn":
+        return CNNSoftmax(vocab_size, hidden_dim, num_sampled=num_sampled,
+                          max_word_length=max_word_length, seed=seed, name="vocab_head")
+    return keras.layers.Dense(vocab_size, kernel_initializer=initializer, name="vocab_head")
 
 
 def _concat_keys(first, second):

@@ -17,6 +17,8 @@ class LSTMLanguageModel(LanguageModel):
     """
 
     def log_prob(self, outputs, targets):
+        if "target_vocab_log_prob" in outputs:  # sampled softmax in training
+            return outputs["target_vocab_log_prob"]
         return vocab_log_prob(outputs["vocab_logits"], targets)
 
     def distribution(self, outputs):

@@ -13,15 +13,34 @@ def lstm_lm_parameter_count(vocab_size, embedding_dim, hidden_dim, num_layers):
     return embedding + lstm + softmax
 
 
+def cnn_softmax_parameter_count(vocab_size, hidden_dim, char_embedding_dim=16,
+                                filters=((1, 32), (2, 64), (3, 128), (4, 128), (5, 128)),
+                                correction_dim=128, num_character_ids=259):
+    """Weights of `CNNSoftmax` with its default sizes: the part that replaces `D x V + V`."""
+    width = sum(count for _, count in filters)
+    count = num_character_ids * char_embedding_dim
+    count += sum(w * char_embedding_dim * c + c for w, c in filters)
+    count += 2 * (width * width + width)  # highway transform and gate
+    count += width * hidden_dim  # projection, no bias
+    count += vocab_size * correction_dim + correction_dim * hidden_dim
+    return count + vocab_size  # per-word bias
+
+
 def pointer_parameter_count(hidden_dim):
     """The pointer's only new weights: query kernel W (D x D), query bias b and sentinel s."""
     return hidden_dim * hidden_dim + 2 * hidden_dim
 
 
 def expected_parameter_count(model_config):
-    """Parameters a `ModelConfig` builds: the LSTM LM plus, for PSMM, `H^2 + 2H`."""
+    """Trainable parameters a `ModelConfig` builds: the LSTM LM plus, for PSMM, `H^2 + 2H`.
+
+    The CNN softmax's table of word spellings is a constant and not counted.
+    """
     count = lstm_lm_parameter_count(model_config.vocab_size, model_config.embedding_dim,
                                     model_config.hidden_dim, model_config.num_layers)
+    if model_config.softmax == "cnn":
+        count -= model_config.hidden_dim * model_config.vocab_size + model_config.vocab_size
+        count += cnn_softmax_parameter_count(model_config.vocab_size, model_config.hidden_dim)
     if model_config.kind in ("psmm", "pointer_softmax"):
         count += pointer_parameter_count(model_config.hidden_dim)
     if model_config.kind == "pointer_softmax":

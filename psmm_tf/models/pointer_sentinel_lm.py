@@ -2,7 +2,12 @@
 
 import keras
 
-from psmm_tf.layers import PointerSentinel, mixture_distribution, mixture_log_prob
+from psmm_tf.layers import (
+    PointerSentinel,
+    mixture_distribution,
+    mixture_log_prob,
+    mixture_log_prob_from_vocab,
+)
 from psmm_tf.models.language_model import LanguageModel
 
 
@@ -36,6 +41,10 @@ class PointerSentinelLM(LanguageModel):
         return {"attention": attention, "gate": gate}
 
     def log_prob(self, outputs, targets):
+        if "target_vocab_log_prob" in outputs:  # sampled softmax in training
+            return mixture_log_prob_from_vocab(outputs["target_vocab_log_prob"],
+                                               outputs["attention"], outputs["gate"],
+                                               outputs["key_ids"], targets)
         return mixture_log_prob(outputs["vocab_logits"], outputs["attention"], outputs["gate"],
                                 outputs["key_ids"], targets)
 

@@ -1,0 +1,153 @@
+"""CNN softmax: output word embeddings from a character CNN (Jozefowicz et al. 2016, §3.2)."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf.layers.mixture import checked_ids
+from psmm_tf.layers.sampled_softmax import log_uniform_sample, sampled_target_log_prob
+
+# Character ids: 0 padding, 1 begin of word, 2 end of word, 3 + b for UTF-8 byte b.
+_PAD, _BEGIN, _END, _BYTE_OFFSET = 0, 1, 2, 3
+NUM_CHARACTER_IDS = _BYTE_OFFSET + 256
+
+
+def word_characters(words, max_word_length):
+    """Character-id matrix `(len(words), max_word_length)` of words spelled as UTF-8 bytes.
+
+    Each row is `[begin, bytes..., end, pad...]`; longer words keep their first bytes.
+    """
+    rows = np.zeros((len(words), max_word_length), np.int32)
+    for i, word in enumerate(words):
+        ids = [_BEGIN] + [_BYTE_OFFSET + b for b in word.encode("utf-8")][:max_word_length - 2]
+        ids.append(_END)
+        rows[i, :len(ids)] = ids
+    return rows
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class CNNSoftmax(keras.layers.Layer):
+    """A softmax whose output embedding of word w is `CNN(chars(w)) + M corr_w`.
+
+    The character CNN (embedding, convolutions of several widths, max over time, a highway layer,
+    a projection to D) shares its parameters across words, so the output layer's size no longer
+    grows as `V x D`; the low-dimensional correction `corr_w` (`correction_dim` per word, projected
+    by `M`) restores the capacity to tell apart words that are spelled alike (Jozefowicz et al.
+    2016, "CNN Softmax"). Logits are `h . e_w + b_w`. Training uses `sampled_log_prob`, which
+    spells only the targets and `num_sampled` log-uniform samples; `call` gives full logits.
+
+    Call `set_vocabulary(words)` once after construction (the spelling is a weight, saved with
+    the model).
+
+    Args:
+        vocab_size: int. V.
+        output_dim: int. D, the hidden size of the language model.
+        num_sampled: int. Samples per training step.
+        max_word_length: int. Characters kept per word, begin and end markers included.
+        char_embedding_dim: int. Width of the character embedding.
+        filters: sequence of `(width, count)` convolution filters.
+        correction_dim: int. Size of the per-word correction vectors (0 disables them).
+        seed: optional int.
+
+    Call arguments:
+        hidden: float `(batch_size, T, D)`.
+
+    Returns:
+        Full logits `(batch_size, T, V)`.
+
+    References:
+        - [Jozefowicz et al., 2016](https://arxiv.org/abs/1602.02410)
+    """
+
+    def __init__(self, vocab_size, output_dim, num_sampled=1024, max_word_length=24,
+                 char_embedding_dim=16, filters=((1, 32), (2, 64), (3, 128), (4, 128), (5, 128)),
+                 correction_dim=128, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.output_dim = output_dim
+        self.num_sampled = num_sampled
+        self.max_word_length = max_word_length
+        self.char_embedding_dim = char_embedding_dim
+        self.filters = tuple(tuple(f) for f in filters)
+        self.correction_dim = correction_dim
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.char_embedding = keras.layers.Embedding(NUM_CHARACTER_IDS, char_embedding_dim,
+                                                     name="char_embedding")
+        self.convolutions = [keras.layers.Conv1D(count, width, activation="tanh",
+                                                 name=f"conv_{width}")
+                             for width, count in self.filters]
+        width = sum(count for _, count in self.filters)
+        self.highway_transform = keras.layers.Dense(width, activation="relu", name="highway")
+        self.highway_gate = keras.layers.Dense(width, activation="sigmoid", name="highway_gate")
+        self.projection = keras.layers.Dense(output_dim, use_bias=False, name="projection")
+
+    def build(self, input_shape=None):
+        self.characters = self.add_weight(
+            name="characters", shape=(self.vocab_size, self.max_word_length), dtype="int32",
+            initializer="zeros", trainable=False)
+        self.char_embedding.build((None, None))
+        for conv in self.convolutions:
+            conv.build((None, self.max_word_length, self.char_embedding_dim))
+        width = sum(count for _, count in self.filters)
+        self.highway_transform.build((None, width))
+        self.highway_gate.build((None, width))
+        self.projection.build((None, width))
+        if self.correction_dim:
+            self.correction = self.add_weight(
+                name="correction", shape=(self.vocab_size, self.correction_dim),
+                initializer=keras.initializers.RandomNormal(stddev=0.01, seed=self.seed))
+            self.correction_projection = self.add_weight(
+                name="correction_projection", shape=(self.correction_dim, self.output_dim),
+                initializer=keras.initializers.GlorotUniform(seed=self.seed))
+        self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
+        self.built = True
+
+    def set_vocabulary(self, words):
+        """Spells the vocabulary (a list of V strings, index = id) into the character weight."""
+        if len(words) != self.vocab_size:
+            raise ValueError(f"set_vocabulary needs {self.vocab_size} words, got {len(words)}.")
+        self.characters.assign(word_characters(words, self.max_word_length))
+
+    def word_embeddings(self, ids):
+        """Output embeddings `(N, D)` of the words `ids` `(N,)`: CNN plus correction."""
+        chars = tf.gather(self.characters, ids)
+        x = self.char_embedding(chars)
+        pooled = tf.concat([tf.reduce_max(conv(x), axis=1) for conv in self.convolutions], -1)
+        gate = self.highway_gate(pooled)
+        highway = gate * self.highway_transform(pooled) + (1.0 - gate) * pooled
+        embeddings = self.projection(highway)
+        if self.correction_dim:
+            embeddings += tf.gather(self.correction, ids) @ self.correction_projection
+        return embeddings
+
+    def call(self, hidden):
+        embeddings = self.word_embeddings(tf.range(self.vocab_size))
+        return tf.einsum("btd,vd->btv", hidden, embeddings) + self.bias
+
+    def sampled_log_prob(self, hidden, targets):
+        """Estimate of `log p_vocab(targets)` from a fresh sample: float32 `(B, T)`."""
+        targets = checked_ids("targets", targets, self.vocab_size)
+        sampled_ids = log_uniform_sample(self.num_sampled, self.vocab_size, self.seed_generator)
+        # Spell the batch's targets and the samples (static shapes: XLA compiles it).
+        flat_targets = tf.reshape(targets, [-1])
+        embeddings = self.word_embeddings(tf.concat([flat_targets, sampled_ids], 0))
+        num_targets = tf.size(flat_targets)
+        target_embeddings = tf.reshape(embeddings[:num_targets],
+                                       tf.concat([tf.shape(targets), [-1]], 0))
+        target_logits = (tf.reduce_sum(hidden * target_embeddings, -1)
+                         + tf.gather(self.bias, targets))
+        sampled_logits = (tf.einsum("btd,sd->bts", hidden, embeddings[num_targets:])
+                          + tf.gather(self.bias, sampled_ids))
+        return sampled_target_log_prob(target_logits, sampled_logits, targets, sampled_ids,
+                                       self.vocab_size)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocab_size": self.vocab_size, "output_dim": self.output_dim,
+            "num_sampled": self.num_sampled, "max_word_length": self.max_word_length,
+            "char_embedding_dim": self.char_embedding_dim, "filters": self.filters,
+            "correction_dim": self.correction_dim, "seed": self.seed,
+        })
+        return config

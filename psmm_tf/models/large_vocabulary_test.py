@@ -1,0 +1,88 @@
+"""Language models with sampled and CNN softmaxes: training estimate, exact evaluation, saving."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from psmm_tf import configs, testing
+from psmm_tf.losses import PointerSentinelLoss
+from psmm_tf.models import PointerSentinelLM, build_model, expected_parameter_count
+
+WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(38)]
+
+
+def _model(softmax, num_sampled=16):
+    model = PointerSentinelLM(vocab_size=len(WORDS), embedding_dim=6, hidden_dim=8,
+                              num_layers=1, window_size=4, seed=5, softmax=softmax,
+                              num_sampled=num_sampled, max_word_length=6)
+    model.set_vocabulary(WORDS)
+    return model
+
+
+class LargeVocabularyTest(testing.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters("sampled", "cnn")
+    def test_training_uses_the_estimate_and_evaluation_is_exact(self, softmax):
+        model = _model(softmax)
+        text = self.rng.integers(0, len(WORDS), size=(2, 9)).astype("int32")
+        train_out = model(text[:, :-1], targets=text[:, 1:], training=True)
+        self.assertNotIn("vocab_logits", train_out)
+        self.assertEqual(tuple(train_out["target_vocab_log_prob"].shape), (2, 8))
+        loss = PointerSentinelLoss()(text[:, 1:], train_out)
+        self.assertTrue(np.isfinite(float(loss)))
+        eval_out = model(text[:, :-1], targets=text[:, 1:], training=False)
+        self.assertEqual(tuple(eval_out["vocab_logits"].shape), (2, 8, len(WORDS)))
+        dist = model.distribution(eval_out).numpy()
+        self.assertAllClose(dist.sum(-1), np.ones((2, 8)), atol=1e-5)
+
+    @parameterized.parameters("sampled", "cnn")
+    def test_xla_training_step(self, softmax):
+        model = _model(softmax)
+        text = self.rng.integers(0, len(WORDS), size=(2, 9)).astype("int32")
+
+        def step(inputs, targets):
+            with tf.GradientTape() as tape:
+                outputs = model(inputs, targets=targets, context_length=3, training=True)
+                loss = PointerSentinelLoss()(targets, outputs)
+            return loss, tape.gradient(loss, model.trainable_weights)
+
+        loss, grads = tf.function(step, jit_compile=True)(text[:, :-1], text[:, 4:])
+        self.assertTrue(np.isfinite(float(loss)))
+        self.assertTrue(all(g is not None for g in grads))
+
+    def test_cnn_model_round_trip_keeps_the_spelling(self):
+        model = _model("cnn")
+        text = self.rng.integers(0, len(WORDS), size=(1, 9)).astype("int32")
+        expected = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
+        tmp = self.get_temp_dir()
+        model.save(os.path.join(tmp, "cnn.keras"))
+        np.save(os.path.join(tmp, "text.npy"), text)
+        testing.run_in_fresh_process(f"""
+            import numpy as np, keras
+            import psmm_tf.models
+            model = keras.saving.load_model({os.path.join(tmp, 'cnn.keras')!r})
+            assert model.vocab_head.characters.numpy()[2, 1] == 3 + ord("w")
+            text = np.load({os.path.join(tmp, 'text.npy')!r})
+            np.save({os.path.join(tmp, 'out.npy')!r},
+                    model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy())
+        """)
+        self.assertAllClose(np.load(os.path.join(tmp, "out.npy")), expected, atol=1e-6)
+
+    @parameterized.parameters("full", "sampled", "cnn")
+    def test_parameter_count(self, softmax):
+        model_config = configs.dataclasses.replace(
+            configs.get_preset("tiny").model, vocab_size=len(WORDS), softmax=softmax)
+        model = build_model(model_config)
+        # Trainable weights: the CNN softmax's spelling table is a constant, not a parameter.
+        trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+        self.assertEqual(trainable, expected_parameter_count(model_config))
+
+    def test_rejects_unknown_softmax(self):
+        with self.assertRaisesRegex(ValueError, "softmax must be one of"):
+            _model("hierarchical")
+
+
+if __name__ == "__main__":
+    tf.test.main()
