@@ -1,0 +1,211 @@
+"""Readers for whitespace-tokenised corpora (Penn Treebank, WikiText, plain text).
+
+The format is the one of Mikolov et al.'s PTB and Merity et al.'s WikiText: every line is split
+on whitespace and one `<eos>` is appended per line, blank lines included (a blank line is one
+`<eos>` in the stream). With this rule the token counts match Table 1 of the pointer sentinel
+paper: PTB 929,589 / 73,760 / 82,430 and WikiText-2 217,646 (valid) / 245,569 (test).
+
+Files may be plain UTF-8 or gzip-compressed (`.gz`); the same reader serves a user's own text.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import Iterator, Union
+
+import numpy as np
+
+EOS_TOKEN = "<eos>"
+UNK_TOKEN = "<unk>"
+SPLITS = ("train", "valid", "test")
+
+# File names of each split, per dataset, in order of preference (the plain file wins over a
+# gzipped copy when both exist).
+_SPLIT_FILE_PATTERNS = {
+    "ptb": ("ptb.{split}.txt", "ptb.{split}.txt.gz"),
+    "wikitext2": ("wiki.{split}.tokens", "wiki.{split}.tokens.gz"),
+    "wikitext103": ("wiki.{split}.tokens", "wiki.{split}.tokens.gz"),
+    "text": ("{split}.txt", "{split}.txt.gz"),
+}
+DATASETS = tuple(_SPLIT_FILE_PATTERNS)
+
+# `pathlib.Path` or any path object with `.open()` and `.name` (e.g. `etils.epath.Path`, which
+# TFDS hands out for its download and manual directories).
+PathLike = Union[str, os.PathLike]
+
+
+def _as_path(path):
+    return path if hasattr(path, "open") and hasattr(path, "name") else Path(path)
+
+
+def iter_lines(path: PathLike) -> Iterator[str]:
+    """Yields the decoded lines of a text file, without their line ends.
+
+    Args:
+        path: str or path. A UTF-8 text file, gzip-compressed if the name ends in `.gz`.
+
+    Yields:
+        str. One line at a time, the trailing `\\n` (and `\\r`) removed.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist.
+        ValueError: if a line is not valid UTF-8 (the message names file and line number).
+    """
+    path = _as_path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Corpus file not found: {path}")
+    with path.open("rb") as raw:
+        # Decode line by line (not the whole file at once) so an encoding error can name its
+        # line, and so large corpora (WikiText-103) need not be held as one string.
+        stream = gzip.GzipFile(fileobj=raw) if path.name.endswith(".gz") else raw
+        for line_number, line in enumerate(stream, start=1):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}: line {line_number} is not valid UTF-8 ({err.reason} at byte "
+                    f"{err.start}); expected a UTF-8 text file."
+                ) from None
+            yield text.rstrip("\r\n")
+
+
+def line_tokens(line: str) -> list[str]:
+    """Tokens of one line: whitespace-split words followed by `<eos>`.
+
+    Args:
+        line: str. One line of text.
+
+    Returns:
+        list[str]. `line.split() + ["<eos>"]`; a blank line gives `["<eos>"]`.
+    """
+    return line.split() + [EOS_TOKEN]
+
+
+def iter_tokens(path: PathLike) -> Iterator[str]:
+    """Yields the tokens of a corpus file one at a time (see `read_tokens`)."""
+    for line in iter_lines(path):
+        yield from line.split()
+        yield EOS_TOKEN
+
+
+def read_tokens(path: PathLike) -> list[str]:
+    """Reads a corpus file into its token stream.
+
+    Args:
+        path: str or path. A `.txt`, `.tokens` or other text file, or a `.gz` of one.
+
+    Returns:
+        list[str]. The words of every line, each line followed by one `<eos>`.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: if the file is not UTF-8, or holds no line at all (empty corpus).
+    """
+    tokens = []
+    for line in iter_lines(path):
+        tokens.extend(line.split())
+        tokens.append(EOS_TOKEN)
+    if not tokens:
+        raise ValueError(f"Corpus file {path} is empty; expected at least one line of text.")
+    return tokens
+
+
+def read_token_ids(path: PathLike, vocabulary) -> np.ndarray:
+    """Reads and encodes a corpus file line by line, never holding all its strings.
+
+    Use it for large corpora (WikiText-103: 103M tokens would take gigabytes as Python strings).
+
+    Args:
+        path: str or path. A corpus file as for `read_tokens`.
+        vocabulary: `psmm_tf.data.Vocabulary`. Unknown words map to its `<unk>` id.
+
+    Returns:
+        np.ndarray. int32 [num_tokens], the ids of the token stream.
+
+    Raises:
+        FileNotFoundError, ValueError: as `read_tokens`.
+    """
+    chunks = []
+    pending: list[str] = []
+    for line in iter_lines(path):
+        pending.extend(line.split())
+        pending.append(EOS_TOKEN)
+        if len(pending) >= 1 << 16:
+            chunks.append(vocabulary.encode(pending))
+            pending = []
+    if pending:
+        chunks.append(vocabulary.encode(pending))
+    if not chunks:
+        raise ValueError(f"Corpus file {path} is empty; expected at least one line of text.")
+    return np.concatenate(chunks)
+
+
+def split_file_names(dataset: str, split: str) -> tuple[str, ...]:
+    """File names that may hold `split` of `dataset`, preferred first.
+
+    Args:
+        dataset: str. One of `"ptb"`, `"wikitext2"`, `"wikitext103"`, `"text"`.
+        split: str. One of `"train"`, `"valid"`, `"test"`.
+
+    Returns:
+        tuple[str, ...]. E.g. `("ptb.valid.txt", "ptb.valid.txt.gz")`.
+    """
+    if dataset not in _SPLIT_FILE_PATTERNS:
+        raise ValueError(f"Unknown dataset {dataset!r}; expected one of {DATASETS}.")
+    if split not in SPLITS:
+        raise ValueError(f"Unknown split {split!r}; expected one of {SPLITS}.")
+    return tuple(p.format(split=split) for p in _SPLIT_FILE_PATTERNS[dataset])
+
+
+def find_split_files(directory: PathLike, dataset: str) -> dict[str, Path]:
+    """Finds the split files of `dataset` in `directory`.
+
+    Args:
+        directory: str or path. Folder holding the files directly (not in subfolders).
+        dataset: str. One of `"ptb"` (ptb.{train,valid,test}.txt), `"wikitext2"` and
+            `"wikitext103"` (wiki.{train,valid,test}.tokens), `"text"` ({train,valid,test}.txt);
+            each may also be gzipped (`.gz`).
+
+    Returns:
+        dict[str, Path]. Split name -> file, for the splits present (possibly none).
+
+    Raises:
+        ValueError: for an unknown dataset.
+        FileNotFoundError: if `directory` does not exist or is not a directory.
+    """
+    directory = _as_path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"Corpus directory not found: {directory}")
+    found = {}
+    for split in SPLITS:
+        for name in split_file_names(dataset, split):
+            if (directory / name).is_file():
+                found[split] = directory / name
+                break
+    return found
+
+
+def load_splits(directory: PathLike, dataset: str) -> dict[str, list[str]]:
+    """Reads the token streams of every split of `dataset` found in `directory`.
+
+    Args:
+        directory: str or path. See `find_split_files` for the file names looked for.
+        dataset: str. One of `"ptb"`, `"wikitext2"`, `"wikitext103"`, `"text"`.
+
+    Returns:
+        dict[str, list[str]]. Split name (`"train"`, `"valid"`, `"test"`) -> token stream, for
+        the splits present; e.g. only valid and test for the shared WikiText-2 copy.
+
+    Raises:
+        FileNotFoundError: if the directory is missing or holds none of the expected files.
+        ValueError: for an unknown dataset, an empty split file or invalid UTF-8.
+    """
+    files = find_split_files(directory, dataset)
+    if not files:
+        expected = ", ".join(n for s in SPLITS for n in split_file_names(dataset, s))
+        raise FileNotFoundError(
+            f"No {dataset} split files in {directory}; expected at least one of: {expected}."
+        )
+    return {split: read_tokens(path) for split, path in files.items()}
