@@ -1,0 +1,78 @@
+"""Data layer: corpus readers, vocabulary, windowed tf.data pipelines, TFDS builders.
+
+Text -> `read_tokens` / `load_splits` -> `Vocabulary.encode` -> ids -> `training_windows` /
+`evaluation_windows` -> dicts of `token_ids`, `token_mask`, `targets`, `target_weights`.
+
+The TFDS names (`load_token_ids`, `TFDS_BUILDERS`) are imported on first use, so importing
+`psmm_tf.data` does not pay for importing tensorflow_datasets.
+"""
+
+from psmm_tf.data.corpus import (
+    DATASETS,
+    EOS_TOKEN,
+    SPLITS,
+    UNK_TOKEN,
+    find_split_files,
+    iter_lines,
+    iter_tokens,
+    line_tokens,
+    load_splits,
+    read_token_ids,
+    read_tokens,
+    split_file_names,
+)
+from psmm_tf.data.pipeline import (
+    evaluation_steps,
+    evaluation_windows,
+    split_into_streams,
+    steps_per_epoch,
+    stream_length,
+    training_windows,
+)
+from psmm_tf.data.synthetic import (
+    COMMON_WORDS,
+    entity_tokens,
+    generate_corpus,
+    write_synthetic_splits,
+)
+from psmm_tf.data.vocabulary import Vocabulary, validate_ids
+
+_LAZY_TFDS = {"load_token_ids": "load_token_ids", "TFDS_BUILDERS": "BUILDERS"}
+
+
+def __getattr__(name):
+    if name in _LAZY_TFDS:
+        from psmm_tf.data import tfds_builders
+
+        return getattr(tfds_builders, _LAZY_TFDS[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "COMMON_WORDS",
+    "DATASETS",
+    "EOS_TOKEN",
+    "SPLITS",
+    "TFDS_BUILDERS",
+    "UNK_TOKEN",
+    "Vocabulary",
+    "entity_tokens",
+    "evaluation_steps",
+    "evaluation_windows",
+    "find_split_files",
+    "generate_corpus",
+    "iter_lines",
+    "iter_tokens",
+    "line_tokens",
+    "load_splits",
+    "load_token_ids",
+    "read_token_ids",
+    "read_tokens",
+    "split_file_names",
+    "split_into_streams",
+    "steps_per_epoch",
+    "stream_length",
+    "training_windows",
+    "validate_ids",
+    "write_synthetic_splits",
+]

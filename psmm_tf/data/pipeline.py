@@ -1,0 +1,238 @@
+"""Windowed tf.data pipelines over a token-id stream (DESIGN.md section 3).
+
+A split's id array is cut into `batch_size` contiguous streams, one per batch row, so that an
+LSTM state (and, in `"cache"` mode, the pointer memory) can be carried from one window to the
+next. With n = (len(ids) - 1) // batch_size, stream b is `ids[b * n : (b + 1) * n + 1]`: its
+first n ids are inputs and the targets are the same ids shifted by one.
+
+Every element is a dict of batch-major tensors:
+- `token_ids`: int32 [B, C + T]. Inputs of the window; 0 where `token_mask` is False.
+- `token_mask`: bool [B, C + T]. False before the start of the stream (and on padding).
+- `targets`: int32 [B, T]. The next token of each of the last T input positions.
+- `target_weights`: float32 [B, T]. 1.0 for a real target, 0.0 for padding.
+Positions 0 .. C - 1 of a window are context (keys for the pointer, no loss); the last T are
+predicted. C = L - 1, T = 1 is the paper's training scheme (`pointer_memory="recompute"`);
+C = 0 gives non-overlapping T-token windows (`pointer_memory="cache"`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+
+def _check_ids(ids) -> np.ndarray:
+    array = np.asarray(ids)
+    if array.ndim != 1:
+        raise ValueError(f"ids must be a 1-D array of token ids, got shape {array.shape}.")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"ids must be integer token ids, got dtype {array.dtype}.")
+    if array.size and (array.min() < 0 or array.max() > np.iinfo(np.int32).max):
+        raise ValueError(
+            f"ids must lie in [0, 2**31), got values in [{array.min()}, {array.max()}]."
+        )
+    return array.astype(np.int32, copy=False)
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+    return int(value)
+
+
+def stream_length(num_ids: int, batch_size: int) -> int:
+    """Number of input positions n of each training stream: (num_ids - 1) // batch_size."""
+    return (num_ids - 1) // batch_size
+
+
+def steps_per_epoch(
+    num_ids: int, batch_size: int, num_predicted: int, *, shuffled: bool = False
+) -> int:
+    """Number of elements of `training_windows` for a split of `num_ids` ids.
+
+    Args:
+        num_ids: int. Length of the split's id array.
+        batch_size: int. Number of streams B.
+        num_predicted: int. Predicted positions per window T.
+        shuffled: bool. Whether `shuffle_offset_seed` is set (one window fewer may fit).
+
+    Returns:
+        int. n // T, or (n - T + 1) // T when shuffled, with n = (num_ids - 1) // batch_size.
+    """
+    n = stream_length(num_ids, batch_size)
+    return (n - num_predicted + 1) // num_predicted if shuffled else n // num_predicted
+
+
+def split_into_streams(ids, batch_size: int) -> np.ndarray:
+    """The `batch_size` training streams of a split, as a reference in NumPy.
+
+    Args:
+        ids: array-like of int, 1-D.
+        batch_size: int. Number of streams B.
+
+    Returns:
+        np.ndarray. int32 [B, n + 1]; row b = ids[b * n : (b + 1) * n + 1].
+    """
+    ids = _check_ids(ids)
+    n = stream_length(len(ids), _check_int(batch_size, "batch_size", 1))
+    if n < 1:
+        raise ValueError(f"ids has {len(ids)} tokens: too few for batch_size={batch_size}.")
+    return ids[np.arange(batch_size)[:, None] * n + np.arange(n + 1)[None, :]]
+
+
+def training_windows(
+    ids,
+    batch_size: int,
+    context_length: int,
+    num_predicted: int,
+    *,
+    shuffle_offset_seed: Optional[int] = None,
+) -> tf.data.Dataset:
+    """Training windows: C context positions followed by T predicted positions, shift T.
+
+    Window k of stream b covers stream positions [o + k*T - C, o + k*T + T), where o is the
+    epoch's start offset (0 unless shuffled); positions before 0 hold token 0 with mask False.
+    Its targets are stream positions o + k*T + 1 .. o + k*T + T. Windows come in stream order
+    (k = 0, 1, ...) so state carried between consecutive elements stays valid; the last partial
+    window is dropped so every element has the same static shape. One pass = one epoch; call
+    `.repeat()` or let `model.fit` re-iterate it.
+
+    Shuffling: random reordering would break the streams, so the only randomness offered is a
+    start offset o drawn uniformly from [0, T) afresh on every iteration of the dataset (every
+    epoch), deterministic given `shuffle_offset_seed`. It moves the window boundaries, so over
+    epochs each token is predicted at every position of a window. With T = 1 it is always 0.
+
+    Args:
+        ids: array-like of int, 1-D. The split's token ids.
+        batch_size: int >= 1. Number of streams B (batch rows).
+        context_length: int >= 0. Context positions C before the predicted ones.
+        num_predicted: int >= 1. Predicted positions T per window, also the shift.
+        shuffle_offset_seed: optional int. Enables the per-epoch random start offset.
+
+    Returns:
+        tf.data.Dataset of dicts: `token_ids` int32 [B, C + T], `token_mask` bool [B, C + T],
+        `targets` int32 [B, T], `target_weights` float32 [B, T] (all 1.0). Cardinality
+        `steps_per_epoch(len(ids), B, T, shuffled=shuffle_offset_seed is not None)`.
+
+    Raises:
+        ValueError: for a bad argument, or too few ids for one window.
+    """
+    ids = _check_ids(ids)
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    context_length = _check_int(context_length, "context_length", 0)
+    num_predicted = _check_int(num_predicted, "num_predicted", 1)
+    shuffled = shuffle_offset_seed is not None
+    num_windows = steps_per_epoch(len(ids), batch_size, num_predicted, shuffled=shuffled)
+    if num_windows < 1:
+        needed = batch_size * (2 * num_predicted - 1 if shuffled else num_predicted) + 1
+        raise ValueError(
+            f"ids has {len(ids)} tokens: too few for one window of num_predicted="
+            f"{num_predicted} with batch_size={batch_size} (needs at least {needed})."
+        )
+    n = stream_length(len(ids), batch_size)
+    window_size = context_length + num_predicted
+    ids_tensor = tf.constant(ids, tf.int32)
+    stream_starts = tf.constant(np.arange(batch_size, dtype=np.int64)[:, None] * n)  # [B, 1]
+    relative = tf.range(-context_length, num_predicted, dtype=tf.int64)  # [C + T]
+    target_relative = tf.range(1, num_predicted + 1, dtype=tf.int64)  # [T]
+
+    # No Python control flow inside: skip AutoGraph (faster tracing, no conversion warnings).
+    @tf.autograph.experimental.do_not_convert
+    def make_window(k, offset):
+        start = offset + k * num_predicted
+        positions = start + relative  # [C + T]
+        mask = positions >= 0
+        # Clamp, gather, then zero: a gather at a negative index would be an error.
+        gathered = tf.gather(ids_tensor, stream_starts + tf.maximum(positions, 0)[None, :])
+        token_ids = tf.where(mask[None, :], gathered, tf.zeros_like(gathered))
+        targets = tf.gather(ids_tensor, stream_starts + (start + target_relative)[None, :])
+        return {
+            "token_ids": tf.ensure_shape(token_ids, [batch_size, window_size]),
+            "token_mask": tf.broadcast_to(mask[None, :], [batch_size, window_size]),
+            "targets": tf.ensure_shape(targets, [batch_size, num_predicted]),
+            "target_weights": tf.ones([batch_size, num_predicted], tf.float32),
+        }
+
+    windows = tf.data.Dataset.range(num_windows)
+    if shuffled:
+        offsets = tf.data.Dataset.random(
+            seed=shuffle_offset_seed, rerandomize_each_iteration=True
+        ).take(1)
+
+        @tf.autograph.experimental.do_not_convert
+        def with_offset(random_value):
+            offset = tf.math.floormod(random_value, num_predicted)
+
+            @tf.autograph.experimental.do_not_convert
+            def pair(k):
+                return k, offset
+
+            return windows.map(pair)
+
+        dataset = offsets.flat_map(with_offset).map(
+            make_window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_windows))
+    else:
+
+        @tf.autograph.experimental.do_not_convert
+        def unshuffled_window(k):
+            return make_window(k, tf.constant(0, tf.int64))
+
+        dataset = windows.map(
+            unshuffled_window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def evaluation_steps(num_ids: int, batch_size: int, length: int) -> int:
+    """Number of elements of `evaluation_windows`: ceil(ceil((num_ids - 1) / B) / length)."""
+    n = -(-(num_ids - 1) // batch_size)
+    return -(-n // length)
+
+
+def evaluation_windows(ids, batch_size: int = 1, length: int = 100) -> tf.data.Dataset:
+    """Evaluation windows: every target of the split exactly once, C = 0, padded at the end.
+
+    The split is cut into B streams of n = ceil((len(ids) - 1) / B) input positions (the last
+    stream may be shorter), then into non-overlapping windows of `length` positions. Padding
+    positions (past the end of a stream) hold token 0, mask False, target 0 and weight 0, so
+    the sum of `target_weights` over the dataset is len(ids) - 1.
+
+    Exact evaluation, where every target sees its full history through the carried LSTM state
+    and pointer memory, needs batch_size=1: with B > 1, streams b > 0 start without context.
+
+    Args:
+        ids: array-like of int, 1-D, at least 2 ids.
+        batch_size: int >= 1. Number of streams B.
+        length: int >= 1. Positions per window T.
+
+    Returns:
+        tf.data.Dataset of dicts with the keys of `training_windows`: `token_ids` int32 [B, T],
+        `token_mask` bool [B, T], `targets` int32 [B, T], `target_weights` float32 [B, T].
+        Cardinality `evaluation_steps(len(ids), B, length)`.
+    """
+    ids = _check_ids(ids)
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    length = _check_int(length, "length", 1)
+    if len(ids) < 2:
+        raise ValueError(f"ids has {len(ids)} tokens: evaluation needs at least 2 (one target).")
+    n = -(-(len(ids) - 1) // batch_size)
+    num_windows = -(-n // length)
+    # Windows do not overlap, so all of them together are only ~len(ids) ids: build them in
+    # NumPy at once. positions[k, b, t] = stream position of row b, column t of window k.
+    positions = np.arange(num_windows * length).reshape(num_windows, 1, length)
+    global_index = np.arange(batch_size).reshape(1, batch_size, 1) * n + positions
+    valid = (positions < n) & (global_index < len(ids) - 1)
+    safe = np.where(valid, global_index, 0)
+    features = {
+        "token_ids": np.where(valid, ids[safe], 0).astype(np.int32),
+        "token_mask": valid,
+        "targets": np.where(valid, ids[safe + 1], 0).astype(np.int32),
+        "target_weights": valid.astype(np.float32),
+    }
+    return tf.data.Dataset.from_tensor_slices(features).prefetch(tf.data.AUTOTUNE)
