@@ -42,9 +42,6 @@ _WORDS = {
     "role": "chairman president analyst spokesman director economist".split(),
     "unit": "shares dollars tons units contracts".split(),
 }
-_GLUE = ", and of to that who which than its was is will be million in the".split()
-COMMON_WORDS = frozenset(w for ws in _WORDS.values() for w in ws) | frozenset(_GLUE)
-"""frozenset[str]. Every word the grammar uses; any other token (but `<eos>`) is an entity."""
 
 _ONSETS = "b br ch d dr f g gr h j k kl l m n p pr r s sh st t tr v w y z".split()
 _VOWELS = "a e i o u ai ei ou ia".split()
@@ -73,6 +70,11 @@ _MENTIONS = (
     "{det} {adj} {noun} of {company} {prep} {place} {verb} {adv} .",
     "{surname} , the {role} , {say} {company} {verb} {det} {noun} .",
 )
+
+# Every literal word of the templates, with the word classes: the grammar's whole lexicon.
+_LITERALS = {w for t in _FILLERS + _INTRODUCTIONS + _MENTIONS for w in t.split() if w[0] != "{"}
+COMMON_WORDS = frozenset(w for ws in _WORDS.values() for w in ws) | frozenset(_LITERALS)
+"""frozenset[str]. Every word the grammar uses; any other token (but `<eos>`) is an entity."""
 
 
 def _name(rng: np.random.Generator) -> str:
@@ -130,8 +132,8 @@ def _document(rng: np.random.Generator, pool: _EntityPool) -> list[str]:
     }
     lines = [_fill(t, slots, rng) for t in _INTRODUCTIONS]
     for _ in range(rng.integers(3, 8)):
-        # About half the sentences refer back: enough copy targets, separated by filler.
-        pool_of = _MENTIONS if rng.random() < 0.5 else _FILLERS
+        # Most sentences refer back (copy targets), separated by common-word filler.
+        pool_of = _MENTIONS if rng.random() < 0.6 else _FILLERS
         lines.append(_fill(pool_of[rng.integers(len(pool_of))], slots, rng))
     return [" ".join(words) for words in lines]
 
@@ -186,7 +188,7 @@ def write_synthetic_splits(
     training vocabulary (`Vocabulary.build` on train) followed by the held-out entities with
     count 0: with it they get ids the softmax never saw as targets, so only a pointer copying
     them from the context predicts them; with a vocabulary built from train alone they are
-    `<unk>`. With the defaults train has about 4,600 word types, vocab.txt about 5,500.
+    `<unk>`. With the defaults train has about 4,800 word types, vocab.txt about 5,700.
 
     Args:
         directory: str or path. Created if missing.
