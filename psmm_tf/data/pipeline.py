@@ -103,8 +103,10 @@ def training_windows(
 
     Shuffling: random reordering would break the streams, so the only randomness offered is a
     start offset o drawn uniformly from [0, T) afresh on every iteration of the dataset (every
-    epoch), deterministic given `shuffle_offset_seed`. It moves the window boundaries, so over
-    epochs each token is predicted at every position of a window. With T = 1 it is always 0.
+    epoch), deterministic given `shuffle_offset_seed` (and the global `tf.random.set_seed`, if
+    one is set): the same seed gives the same offsets epoch after epoch, across processes. It
+    moves the window boundaries, so over epochs each token is predicted at every position of a
+    window and with a different amount of BPTT history. With T = 1 it is always 0.
 
     Args:
         ids: array-like of int, 1-D. The split's token ids.
