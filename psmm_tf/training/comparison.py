@@ -1,0 +1,53 @@
+"""A model against the LSTM baseline with the same backbone, data and budget."""
+
+import dataclasses
+from pathlib import Path
+
+from psmm_tf.training import train_lib
+
+
+def compare_with_baseline(config, workdir, strategy=None, verbose=1):
+    """Trains `config`'s model in `workdir/<kind>` and the LSTM baseline in `workdir/lstm`.
+
+    Both runs share every setting but the model kind (same seed, data, schedule and steps), and
+    resume like any run.
+
+    Args:
+        config: `ExperimentConfig`; its model kind is the one compared (default "psmm").
+        workdir: str or path. Parent folder of the two runs.
+        strategy: optional `tf.distribute.Strategy`.
+        verbose: int. As for `train_lib.run`.
+
+    Returns:
+        dict kind -> the results dict of `train_lib.run` (model first, then "lstm").
+    """
+    workdir = Path(workdir)
+    kinds = [config.model.kind] + (["lstm"] if config.model.kind != "lstm" else [])
+    results = {}
+    for kind in kinds:
+        run_config = dataclasses.replace(config, model=dataclasses.replace(config.model,
+                                                                           kind=kind))
+        results[kind] = train_lib.run(run_config, workdir / kind, strategy=strategy,
+                                      verbose=verbose)
+    return results
+
+
+def format_comparison(results):
+    """A plain-text table of `compare_with_baseline`'s results and the perplexity ratios."""
+    lines = [f"{'model':<16}{'valid ppl':>12}{'test ppl':>12}{'epochs':>8}{'train s':>10}"]
+    for kind, r in results.items():
+        if not r:
+            continue
+        test = r.get("test_perplexity", float("nan"))
+        lines.append(f"{kind:<16}{r['best_valid_perplexity']:>12.2f}{test:>12.2f}"
+                     f"{r['epochs']:>8d}{r['train_seconds']:>10.1f}")
+    base = results.get("lstm")
+    for kind, r in results.items():
+        if kind == "lstm" or not r or not base:
+            continue
+        ratio = r["best_valid_perplexity"] / base["best_valid_perplexity"]
+        line = f"{kind} / lstm: valid perplexity ratio {ratio:.3f}"
+        if "test_perplexity" in r and "test_perplexity" in base:
+            line += f", test perplexity ratio {r['test_perplexity'] / base['test_perplexity']:.3f}"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""From a `DataConfig` to a vocabulary and the token ids of each split."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from psmm_tf.data.corpus import load_splits
+from psmm_tf.data.synthetic import write_synthetic_splits
+from psmm_tf.data.vocabulary import Vocabulary
+
+# Dataset names of `DataConfig` -> the file layout `load_splits` reads.
+_FILE_LAYOUT = {"synthetic": "text", "ptb": "ptb", "wikitext2": "wikitext2",
+                "wikitext103": "wikitext103", "text": "text"}
+ROLES = ("train", "valid", "test")
+
+
+@dataclasses.dataclass
+class Corpus:
+    """A vocabulary and the encoded splits of one corpus.
+
+    Attributes:
+        vocabulary: `psmm_tf.data.Vocabulary`.
+        ids: dict role ("train", "valid", "test") -> int32 `(num_tokens,)`; a role whose file
+            is missing is absent.
+        train_counts: int64 `(vocab_size,)`. Count of each id in the training ids (the word
+            frequencies of the paper's Figure 4 buckets).
+        data_dir: Path. Where the corpus files are.
+    """
+
+    vocabulary: Vocabulary
+    ids: dict
+    train_counts: np.ndarray
+    data_dir: Path
+
+
+def synthetic_directory(data_config, scratch_dir):
+    """Where the synthetic corpus of `data_config` lives: its `data_dir` or `scratch_dir`."""
+    return Path(data_config.data_dir) if data_config.data_dir else Path(scratch_dir)
+
+
+def load_corpus(data_config, scratch_dir=None, vocabulary=None):
+    """Reads (or, for "synthetic", first writes) a corpus and encodes its splits.
+
+    Args:
+        data_config: `psmm_tf.configs.DataConfig`.
+        scratch_dir: str or path. Where the synthetic corpus is written when `data_dir` is None.
+        vocabulary: optional `Vocabulary` (e.g. a run's saved `vocab.txt`); built otherwise:
+            "synthetic" uses the generator's `vocab.txt` (training words plus held-out names),
+            every other dataset `Vocabulary.build` over the training role's tokens with
+            `min_count` and `max_vocab_size`.
+
+    Returns:
+        A `Corpus`.
+
+    Raises:
+        ValueError: no `data_dir` for a real corpus, or no file for the training role.
+        FileNotFoundError: the directory or its files are missing.
+    """
+    dataset = data_config.dataset
+    if dataset == "synthetic":
+        if data_config.data_dir is None and scratch_dir is None:
+            raise ValueError("The synthetic corpus needs a data_dir or a scratch_dir to live in.")
+        directory = synthetic_directory(data_config, scratch_dir)
+        if not (directory / "train.txt").is_file():
+            write_synthetic_splits(directory, seed=data_config.synthetic_seed,
+                                   train_tokens=data_config.synthetic_train_tokens)
+        if vocabulary is None:
+            vocabulary = Vocabulary.load(directory / "vocab.txt")
+    else:
+        if data_config.data_dir is None:
+            raise ValueError(f"dataset={dataset!r} needs data_dir: the folder of its files.")
+        directory = Path(data_config.data_dir)
+    tokens = load_splits(directory, _FILE_LAYOUT[dataset])
+    roles = {"train": data_config.train_split, "valid": data_config.valid_split,
+             "test": data_config.test_split}
+    if roles["train"] not in tokens:
+        raise ValueError(
+            f"No {roles['train']!r} file for dataset {dataset!r} in {directory} (found: "
+            f"{sorted(tokens)}); set train_split to a split that exists."
+        )
+    if vocabulary is None:
+        vocabulary = Vocabulary.build(tokens[roles["train"]], min_count=data_config.min_count,
+                                      max_size=data_config.max_vocab_size)
+    encoded = {}
+    for role, split in roles.items():
+        if split in tokens:
+            encoded[role] = vocabulary.encode(tokens[split])
+    counts = np.bincount(encoded["train"], minlength=len(vocabulary)).astype(np.int64)
+    return Corpus(vocabulary=vocabulary, ids=encoded, train_counts=counts, data_dir=directory)

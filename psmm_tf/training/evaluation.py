@@ -1,0 +1,146 @@
+"""Exact evaluation: perplexity with every target seeing its full history (DESIGN.md section 3).
+
+The split is read in non-overlapping windows of `length` tokens (C = 0) with the LSTM state and
+the pointer memory of the last L - 1 hidden states carried from window to window, so target t
+is scored with the L previous tokens in the pointer's window (fewer only at the start of the
+text) and the whole text in the LSTM state: the result does not depend on `length`. With
+`batch_size` B > 1 the split is cut into B streams and the first target of each stream after the
+first starts without history (slightly pessimistic); B = 1 is exact.
+
+Perplexity = exp(sum of -log p(target) / number of targets).
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf.data.pipeline import evaluation_windows
+
+
+@dataclasses.dataclass
+class EvaluationResult:
+    """Scores of one evaluation.
+
+    Attributes:
+        perplexity: float. exp(nll_sum / num_targets).
+        nll_sum: float. Sum of -log p over the targets.
+        num_targets: int. Number of targets scored (len(ids) - 1).
+        mean_gate: float. Mean sentinel gate g (1 for models without a pointer).
+        nll: float64 `(num_targets,)` or None. -log p of target j = ids[j + 1], text order.
+        gate: float32 `(num_targets,)` or None. The gate at each target.
+        attention: dict target index j -> dict with `key_ids` int `(k,)` (the k <= L tokens
+            of the pointer's window, oldest first, ids[j - k + 1 .. j]) and `weights` float
+            `(k,)` (their attention), for the requested positions.
+    """
+
+    perplexity: float
+    nll_sum: float
+    num_targets: int
+    mean_gate: float
+    nll: np.ndarray | None = None
+    gate: np.ndarray | None = None
+    attention: dict = dataclasses.field(default_factory=dict)
+
+
+class Evaluator:
+    """Scores token-id streams with a trained `LanguageModel`, state and memory carried.
+
+    Args:
+        model: a `LanguageModel` (PSMM, LSTM, ...).
+        batch_size: int. Streams B read side by side (1: exact).
+        length: int. Window length T of a step (speed only; results do not depend on it).
+        jit_compile: bool. XLA-compile the step.
+
+    Example:
+    ```python
+    result = Evaluator(model).evaluate(corpus.ids["valid"])
+    print(result.perplexity)
+    ```
+    """
+
+    def __init__(self, model, batch_size=1, length=100, jit_compile=False):
+        self.model = model
+        self.batch_size = batch_size
+        self.length = length
+        self._step = tf.function(self._scores, jit_compile=jit_compile)
+
+    def evaluate(self, ids, max_tokens=None, collect=False, attention_positions=()):
+        """Evaluates the model on `ids`.
+
+        Args:
+            ids: int `(num_tokens,)`. The split, at least two tokens.
+            max_tokens: optional int. Evaluate on the first `max_tokens` tokens only.
+            collect: bool. Keep per-target `nll` and `gate` arrays.
+            attention_positions: iterable of target indices j (predicting ids[j + 1]) whose
+                pointer attention over the window is kept (models with a pointer only).
+
+        Returns:
+            An `EvaluationResult`.
+        """
+        ids = np.asarray(ids)
+        if max_tokens is not None:
+            ids = ids[:max_tokens]
+        num_targets = len(ids) - 1
+        wanted = {int(p) for p in attention_positions}
+        stream = -(-num_targets // self.batch_size)  # targets per stream (the last may be short)
+        model = self.model
+        state = model.zero_state(self.batch_size)
+        memory = model.empty_memory(self.batch_size)
+        nll_sum, gate_sum = 0.0, 0.0
+        nll = np.zeros(num_targets) if collect else None
+        gate = np.zeros(num_targets, np.float32) if collect else None
+        attention = {}
+        windows = evaluation_windows(ids, batch_size=self.batch_size, length=self.length)
+        for k, batch in enumerate(windows):
+            log_probs, gates, state, memory, extra = self._step(batch, state, memory)
+            weights = batch["target_weights"].numpy()
+            log_probs, gates = log_probs.numpy(), gates.numpy()
+            nll_sum -= float(np.sum(log_probs.astype(np.float64) * weights))
+            gate_sum += float(np.sum(gates * weights))
+            # Target index of row b, column t: b * stream + k * length + t.
+            index = (np.arange(self.batch_size)[:, None] * stream + k * self.length
+                     + np.arange(self.length)[None, :])
+            valid = weights > 0
+            if collect:
+                nll[index[valid]] = -log_probs[valid]
+                gate[index[valid]] = gates[valid]
+            if wanted and "attention" in extra:
+                self._keep_attention(extra, index, k, valid, wanted, attention)
+        return EvaluationResult(
+            perplexity=math.exp(nll_sum / num_targets), nll_sum=nll_sum,
+            num_targets=num_targets, mean_gate=gate_sum / num_targets, nll=nll, gate=gate,
+            attention=attention,
+        )
+
+    def _keep_attention(self, extra, index, k, valid, wanted, attention):
+        rows, cols = np.nonzero(valid & np.isin(index, list(wanted)))
+        if not len(rows):
+            return
+        weights, key_ids = extra["attention"].numpy(), extra["key_ids"].numpy()
+        size = self.model.window_size
+        num_memory = key_ids.shape[1] - self.length
+        for b, t in zip(rows, cols, strict=True):
+            j = int(index[b, t])
+            # Keys of position t: num_memory + t - L + 1 .. num_memory + t (eq. 5's window),
+            # of which only those since the start of the stream exist.
+            last = num_memory + t
+            first = max(last - size + 1, last - (k * self.length + t))
+            attention[j] = {"key_ids": key_ids[b, first:last + 1].copy(),
+                            "weights": weights[b, t, first:last + 1].copy()}
+
+    def _scores(self, batch, state, memory):
+        model = self.model
+        outputs = model(batch["token_ids"], token_mask=batch["token_mask"], state=state,
+                        memory=memory, training=False)
+        valid = batch["target_weights"] > 0
+        # Padded targets may hold any id: score a valid one and zero the result.
+        targets = tf.where(valid, batch["targets"], 0)
+        log_probs = tf.where(valid, model.log_prob(outputs, targets), 0.0)
+        gate = tf.cast(outputs["gate"], tf.float32) if "gate" in outputs else tf.ones_like(
+            log_probs)
+        extra = {}
+        if "attention" in outputs:
+            extra = {"attention": outputs["attention"], "key_ids": outputs["key_ids"]}
+        return log_probs, gate, outputs["state"], outputs["memory"], extra

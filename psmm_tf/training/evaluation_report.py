@@ -1,0 +1,140 @@
+"""Evaluating a finished (or running) training run: perplexity, Figure 4, gate, attention page."""
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from psmm_tf.configs import ExperimentConfig
+from psmm_tf.data.vocabulary import Vocabulary
+from psmm_tf.models import build_model
+from psmm_tf.training import analysis, checkpointing, corpus_setup, visualisation
+from psmm_tf.training.evaluation import Evaluator
+
+
+@dataclasses.dataclass
+class TrainedRun:
+    """A run's config, corpus and model, loaded from its workdir."""
+
+    config: ExperimentConfig
+    corpus: corpus_setup.Corpus
+    model: keras.Model
+    source: str
+
+
+def load_trained_run(workdir, data_dir=None):
+    """Loads `workdir/model.keras` (or, before the first epoch ends, the latest checkpoint).
+
+    Args:
+        workdir: str or path. A training run's directory (see `checkpointing`).
+        data_dir: optional str. Where the corpus files are now, if not where the run read them.
+
+    Returns:
+        A `TrainedRun`.
+    """
+    workdir = Path(workdir)
+    config = ExperimentConfig.from_json((workdir / checkpointing.CONFIG_FILE).read_text())
+    if data_dir is not None:
+        config = config.replace(data={"data_dir": str(data_dir)})
+    vocabulary = Vocabulary.load(workdir / checkpointing.VOCAB_FILE)
+    corpus = corpus_setup.load_corpus(config.data, scratch_dir=workdir / "synthetic_data",
+                                      vocabulary=vocabulary)
+    model_path = workdir / checkpointing.MODEL_FILE
+    if model_path.is_file():
+        model, source = keras.saving.load_model(model_path), str(model_path)
+    else:
+        model = build_model(config.model)
+        model.set_vocabulary(vocabulary.tokens)
+        source = checkpointing.restore_model_weights(
+            model, str(workdir / checkpointing.CHECKPOINT_DIR))
+        if source is None:
+            raise FileNotFoundError(f"{workdir} holds neither {checkpointing.MODEL_FILE} nor a "
+                                    "checkpoint: no trained model to evaluate.")
+    return TrainedRun(config=config, corpus=corpus, model=model, source=source)
+
+
+def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
+                      max_tokens=None, batch_size=1, length=None, num_buckets=10,
+                      bucket_by="types", positions=None, num_examples=8):
+    """Evaluates a run on a split and writes the report files into `output_dir`.
+
+    Files: `metrics.json` (perplexity, gate statistics, and with a baseline the Figure 4 rows),
+    `attention.html` (models with a pointer), and with `baseline_workdir`
+    `frequency_buckets.md` and `frequency_buckets.png` (Figure 4: baseline minus model).
+
+    Args:
+        workdir: the run to evaluate. output_dir: where the files go (created).
+        split: "train", "valid" or "test" (the role in the run's config).
+        baseline_workdir: optional run of the comparison model (same vocabulary).
+        data_dir: optional new location of the corpus files.
+        max_tokens: optional int. Evaluate the first tokens of the split only.
+        batch_size, length: evaluation streams and window length (B = 1 is exact).
+        num_buckets, bucket_by: frequency buckets (see `analysis.frequency_buckets`).
+        positions: optional target indices for the attention page (default: chosen).
+        num_examples: int. Examples chosen when `positions` is None.
+
+    Returns:
+        dict: the contents of `metrics.json`.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    run = load_trained_run(workdir, data_dir)
+    ids = run.corpus.ids[split][:max_tokens] if max_tokens else run.corpus.ids[split]
+    length = length or run.config.train.eval_length
+    window = run.config.model.window_size
+    targets = ids[1:]
+    in_window = analysis.target_in_window(ids, window)
+    has_pointer = run.config.model.kind != "lstm"
+    evaluator = Evaluator(run.model, batch_size=batch_size, length=length)
+    if has_pointer and positions is None:
+        # A first pass finds where the pointer took the most mass, a second keeps attention.
+        first = evaluator.evaluate(ids, collect=True)
+        positions = visualisation.choose_positions(first.gate, in_window, num_examples)
+    result = evaluator.evaluate(ids, collect=True,
+                                attention_positions=(positions or ()) if has_pointer else ())
+    bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
+    metrics = {
+        "workdir": str(workdir), "model": run.config.model.kind, "split": split,
+        "model_source": run.source, "num_targets": result.num_targets,
+        "perplexity": result.perplexity,
+        "gate": analysis.gate_statistics(result.gate, targets, in_window, bucket_of, num_buckets),
+    }
+    if baseline_workdir is not None:
+        baseline = load_trained_run(baseline_workdir, data_dir)
+        if baseline.corpus.vocabulary != run.corpus.vocabulary:
+            raise ValueError(f"{baseline_workdir} has another vocabulary than {workdir}; the "
+                             "frequency comparison needs the same one.")
+        other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
+            ids, collect=True)
+        rows = analysis.bucket_comparison(targets, result.nll, other.nll, bucket_of,
+                                          run.corpus.train_counts, num_buckets)
+        names = (run.config.model.kind, baseline.config.model.kind)
+        if names[0] == names[1]:
+            names = ("model", "baseline")
+        (output_dir / "frequency_buckets.md").write_text(
+            analysis.format_bucket_table(rows, *names))
+        analysis.plot_buckets(rows, output_dir / "frequency_buckets.png", *names)
+        metrics.update(baseline_workdir=str(baseline_workdir),
+                       baseline_perplexity=other.perplexity, frequency_buckets=rows)
+    if has_pointer and result.attention:
+        words = run.corpus.vocabulary.tokens
+        examples = [{
+            "position": j, "words": [words[i] for i in entry["key_ids"]],
+            "weights": entry["weights"].tolist(), "target": words[targets[j]],
+            "gate": float(result.gate[j]), "probability": math.exp(-result.nll[j]),
+        } for j, entry in sorted(result.attention.items())]
+        title = f"Pointer attention: {run.config.model.kind} on {split} ({workdir})"
+        (output_dir / "attention.html").write_text(
+            visualisation.render_attention_html(examples, title), encoding="utf-8")
+        metrics["attention_positions"] = sorted(result.attention)
+    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_plain))
+    return metrics
+
+
+def _plain(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

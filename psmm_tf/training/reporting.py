@@ -1,0 +1,162 @@
+"""Progress of a run: a per-epoch progress bar, TensorBoard scalars and JSON logs.
+
+Only the chief worker reports; other workers get a `Reporter(enabled=False)` that does nothing.
+"""
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+from absl import logging
+from tensorflow.core.framework import summary_pb2
+
+from psmm_tf.training import checkpointing
+
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+    data_class=summary_pb2.DATA_CLASS_SCALAR,
+)
+
+
+class EpochMeter:
+    """Running sums of one epoch's step metrics (see `TrainStep`), and its token rate."""
+
+    def __init__(self):
+        self.sums = {"loss": 0.0, "nll": 0.0, "pointer_loss": 0.0, "gate": 0.0, "weight": 0.0}
+        self.start = time.perf_counter()
+        self.steps = 0
+
+    def add(self, metrics):
+        for key in self.sums:
+            self.sums[key] += float(metrics[key])
+        self.steps += 1
+
+    def summary(self):
+        """Perplexity of the mixture, mean gate, pointer-loss share, tokens/s so far."""
+        weight = max(self.sums["weight"], 1.0)
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        loss = self.sums["loss"]
+        return {
+            "perplexity": math.exp(min(self.sums["nll"] / weight, 700.0)),
+            "mean_gate": self.sums["gate"] / weight,
+            "pointer_loss_share": self.sums["pointer_loss"] / loss if loss else 0.0,
+            "tokens_per_second": self.sums["weight"] / elapsed,
+            "seconds": elapsed,
+        }
+
+
+class Reporter:
+    """Writes the progress bar, `tensorboard/`, `steps.jsonl` and `history.json` of a run.
+
+    Args:
+        workdir: str or path. The run's directory.
+        enabled: bool. False on non-chief workers: nothing is shown or written.
+        verbose: int. 1 shows a Keras progress bar per epoch, 0 only log lines.
+    """
+
+    def __init__(self, workdir, enabled=True, verbose=1):
+        self.workdir = Path(workdir)
+        self.enabled = enabled
+        self.verbose = verbose
+        self._bar = None
+        self._writer = None
+        self._steps_file = None
+        if enabled:
+            self._writer = tf.summary.create_file_writer(
+                str(self.workdir / checkpointing.TENSORBOARD_DIR))
+            path = self.workdir / checkpointing.STEPS_FILE
+            # A kill may have cut the last line: start the next record on a line of its own.
+            cut = path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
+            self._steps_file = open(path, "a")
+            if cut:
+                self._steps_file.write("\n")
+
+    def start_epoch(self, epoch, num_steps, first_step):
+        if self.enabled and self.verbose:
+            print(f"Epoch {epoch + 1}", flush=True)
+            self._bar = keras.utils.Progbar(
+                num_steps, stateful_metrics=["ppl", "tok/s", "lr", "gate"])
+            if first_step:
+                self._bar.update(first_step)
+
+    def step(self, epoch, step, global_step, metrics, meter, learning_rate):
+        """Logs one finished step (`step` is its 0-based index within the epoch)."""
+        if not self.enabled:
+            return
+        loss = float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
+        record = {"epoch": epoch, "step": step, "global_step": global_step, "loss": loss,
+                  "grad_norm": float(metrics["grad_norm"]), "learning_rate": learning_rate}
+        self._steps_file.write(json.dumps(record) + "\n")
+        self._steps_file.flush()
+        if self._bar is not None:
+            summary = meter.summary()
+            self._bar.update(step + 1, values=[
+                ("ppl", summary["perplexity"]), ("tok/s", summary["tokens_per_second"]),
+                ("gate", summary["mean_gate"]), ("lr", learning_rate)])
+
+    def scalars(self, step, values, prefix):
+        """Writes `values` (name -> number) as TensorBoard scalars `prefix/name`."""
+        if not self.enabled:
+            return
+        with self._writer.as_default(step=step):
+            for name, value in values.items():
+                # tf.summary.scalar needs the tensorboard package; the low-level write with
+                # the scalars plugin's metadata gives the same event without it.
+                tf.summary.write(f"{prefix}/{name}", tf.constant(float(value), tf.float32),
+                                 metadata=_SCALAR_METADATA)
+        self._writer.flush()
+
+    def end_epoch(self, record):
+        """Appends one epoch's record to `history.json` and logs it."""
+        if not self.enabled:
+            return
+        self._bar = None
+        history = read_history(self.workdir)
+        history = [r for r in history if r["epoch"] != record["epoch"]] + [record]
+        write_json_atomic(self.workdir / checkpointing.HISTORY_FILE, history)
+        logging.info(
+            "epoch %d: train ppl %.2f, valid ppl %.2f, lr %.4g, %.0f tokens/s%s",
+            record["epoch"] + 1, record["train_perplexity"], record["valid_perplexity"],
+            record["learning_rate"], record["tokens_per_second"],
+            " (best)" if record["improved"] else "")
+
+    def close(self):
+        if self._steps_file is not None:
+            self._steps_file.close()
+            self._steps_file = None
+        if self._writer is not None:
+            self._writer.close()
+
+
+def read_history(workdir):
+    """The list of epoch records of `workdir/history.json` ([] when absent)."""
+    path = Path(workdir) / checkpointing.HISTORY_FILE
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def read_step_losses(workdir):
+    """`{(epoch, step): loss}` from `steps.jsonl`; a step run twice (after a resume) keeps its
+    last record, and a line cut by a kill is skipped."""
+    losses = {}
+    path = Path(workdir) / checkpointing.STEPS_FILE
+    if not path.is_file():
+        return losses
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        losses[(record["epoch"], record["step"])] = record["loss"]
+    return losses
+
+
+def write_json_atomic(path, value):
+    """Writes `value` as JSON to `path` through a temporary file and a rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
+    os.replace(tmp, path)

@@ -1,0 +1,105 @@
+"""The paper's learning-rate schedule and early stopping (Merity et al. 2016, section 5.2).
+
+After every epoch the validation perplexity decides: the learning rate is multiplied by
+`lr_decay` (paper: halved) when it is worse than the previous epoch's, and training stops after
+`patience` (paper: 3) epochs without a new best, or after `max_epochs` (paper: 64).
+"""
+
+import dataclasses
+import math
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochDecision:
+    """What the schedule decided after one epoch's validation perplexity.
+
+    Attributes:
+        improved: bool. The perplexity is a new best (save the model).
+        decayed: bool. The learning rate was multiplied by `lr_decay`.
+        stop: bool. Training is over (patience exhausted or `max_epochs` reached).
+        learning_rate: float. The learning rate for the next epoch.
+    """
+
+    improved: bool
+    decayed: bool
+    stop: bool
+    learning_rate: float
+
+
+class PlateauSchedule(tf.Module):
+    """Learning rate, best and previous validation perplexity, and epochs without improvement.
+
+    Its state lives in `tf.Variable`s so that a `tf.train.Checkpoint` saves and restores it with
+    the model. A non-finite perplexity counts as worse than any other.
+
+    Args:
+        learning_rate: float > 0. The initial learning rate.
+        lr_decay: float in (0, 1]. Factor applied when validation gets worse (paper: 0.5).
+        patience: int >= 1. Epochs without a new best before stopping (paper: 3).
+        max_epochs: int >= 1. Hard limit on epochs (paper: 64).
+
+    Example:
+    ```python
+    schedule = PlateauSchedule(1.0, lr_decay=0.5, patience=3, max_epochs=64)
+    decision = schedule.update(validation_perplexity)
+    optimizer.learning_rate.assign(decision.learning_rate)
+    ```
+    """
+
+    def __init__(self, learning_rate, lr_decay=0.5, patience=3, max_epochs=64, name=None):
+        super().__init__(name=name)
+        if not learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}.")
+        if not 0.0 < lr_decay <= 1.0:
+            raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay!r}.")
+        self.lr_decay = float(lr_decay)
+        self.patience = int(patience)
+        self.max_epochs = int(max_epochs)
+        self.learning_rate = tf.Variable(float(learning_rate), dtype=tf.float64,
+                                         trainable=False, name="learning_rate")
+        self.best_perplexity = tf.Variable(math.inf, dtype=tf.float64, trainable=False,
+                                           name="best_perplexity")
+        self.previous_perplexity = tf.Variable(math.inf, dtype=tf.float64, trainable=False,
+                                               name="previous_perplexity")
+        self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_epochs")
+        self.epochs_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="epochs_done")
+
+    @property
+    def should_stop(self):
+        """bool. Whether no further epoch should run (also right after a restore)."""
+        return (int(self.bad_epochs.numpy()) >= self.patience
+                or int(self.epochs_done.numpy()) >= self.max_epochs)
+
+    def update(self, validation_perplexity):
+        """Takes one epoch's validation perplexity; returns an `EpochDecision`."""
+        ppl = float(validation_perplexity)
+        if not math.isfinite(ppl):
+            ppl = math.inf
+        previous = float(self.previous_perplexity.numpy())
+        best = float(self.best_perplexity.numpy())
+        # Section 5.2: halve the rate when validation is worse than the previous epoch's.
+        decayed = ppl > previous
+        if decayed:
+            self.learning_rate.assign(self.learning_rate * self.lr_decay)
+        improved = ppl < best
+        if improved:
+            self.best_perplexity.assign(ppl)
+            self.bad_epochs.assign(0)
+        else:
+            self.bad_epochs.assign_add(1)
+        self.previous_perplexity.assign(ppl)
+        self.epochs_done.assign_add(1)
+        return EpochDecision(improved=improved, decayed=decayed, stop=self.should_stop,
+                             learning_rate=float(self.learning_rate.numpy()))
+
+    def state_dict(self):
+        """The state as plain Python numbers (for logs and `history.json`)."""
+        return {
+            "learning_rate": float(self.learning_rate.numpy()),
+            "best_perplexity": float(self.best_perplexity.numpy()),
+            "previous_perplexity": float(self.previous_perplexity.numpy()),
+            "bad_epochs": int(self.bad_epochs.numpy()),
+            "epochs_done": int(self.epochs_done.numpy()),
+        }

@@ -1,0 +1,146 @@
+"""One training step over a window batch, on any `tf.distribute` strategy (DESIGN.md section 3).
+
+The per-target objective is the paper's eq. 9 for models with a pointer,
+`-log p(y) - log(g + sum_{i: x_i = y} a_i)` (`PointerSentinelLoss`), and the softmax
+cross-entropy `-log p_vocab(y)` for the LSTM baseline. It is averaged over the targets of the
+global batch, so N replicas with B / N rows each compute the same gradient as one device with
+B rows: each replica divides its sum by the global weight, the gradients are summed over
+replicas, clipped by their global norm (paper: 1) and applied once.
+"""
+
+import tensorflow as tf
+
+from psmm_tf.layers import pointer_loss
+from psmm_tf.losses import PointerSentinelLoss
+from psmm_tf.training import distribution
+
+METRIC_KEYS = ("loss", "nll", "pointer_loss", "gate", "weight")
+
+
+def per_target_losses(model, outputs, targets):
+    """The objective and its pointer part per target, and the gate.
+
+    Args:
+        model: the `LanguageModel` that produced `outputs`.
+        outputs: its output dict.
+        targets: int `(batch_size, T)`.
+
+    Returns:
+        `(objective, pointer_part, gate)`, each float32 `(batch_size, T)`. `objective -
+        pointer_part` is the mixture's negative log-likelihood; `pointer_part` is 0 and `gate` 1
+        for models without a pointer.
+    """
+    if "attention" in outputs:
+        # Eq. 9: the mixture NLL plus the pointer's own supervision term.
+        objective = PointerSentinelLoss(reduction="none")(targets, outputs)
+        pointer_part = pointer_loss(outputs["attention"], outputs["gate"], outputs["key_ids"],
+                                    targets)
+        return objective, pointer_part, tf.cast(outputs["gate"], tf.float32)
+    objective = -model.log_prob(outputs, targets)
+    return objective, tf.zeros_like(objective), tf.ones_like(objective)
+
+
+class TrainStep:
+    """A compiled training step that carries LSTM state and pointer memory per replica.
+
+    Args:
+        model: a `LanguageModel`, built under `strategy.scope()`.
+        optimizer: a Keras optimizer, built under `strategy.scope()`.
+        strategy: a `tf.distribute.Strategy` (the default strategy for one device).
+        global_batch_size: int. Rows B of the global batch.
+        context_length: int. C: 0 for "cache", window_size - 1 for "recompute".
+        use_memory: bool. Carry the pointer memory ("cache" mode).
+        clip_norm: float. Global gradient norm limit (paper: 1).
+        jit_compile: bool. XLA-compile the forward and backward pass.
+
+    Call arguments:
+        batch: dict of global tensors from `training_windows`: `token_ids`, `token_mask`
+            `(B, C + T)`, `targets`, `target_weights` `(B, T)`.
+        state, memory: per-replica carried values (see `initial_carry`).
+
+    Returns:
+        `(metrics, state, memory)`: `metrics` holds global sums over the batch (`loss`: the
+        objective, `nll`, `pointer_loss`, `gate`, `weight`: the number of targets) and
+        `grad_norm`; `state` and `memory` are per-replica values for the next step.
+    """
+
+    def __init__(self, model, optimizer, strategy, global_batch_size, context_length,
+                 use_memory, clip_norm=1.0, jit_compile=False):
+        self.model = model
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.global_batch_size = global_batch_size
+        self.rows = distribution.rows_per_replica(global_batch_size, strategy)
+        self.context_length = context_length
+        self.use_memory = use_memory
+        self.clip_norm = clip_norm
+        self._forward_backward = tf.function(self._gradients, jit_compile=jit_compile)
+        self._step = tf.function(self._distributed_step)
+
+    def initial_carry(self):
+        """Zero LSTM state and (in "cache" mode) an empty memory, as per-replica values."""
+        with self.strategy.scope():
+            state = self.model.zero_state(self.global_batch_size)
+            memory = (self.model.empty_memory(self.global_batch_size) if self.use_memory
+                      else None)
+        return self.distribute(state, memory)
+
+    def distribute(self, state, memory):
+        """Global carried values -> per-replica values (each replica its own rows)."""
+        return (distribution.distribute_rows(self.strategy, state, self.rows),
+                distribution.distribute_rows(self.strategy, memory, self.rows))
+
+    def gather(self, state, memory):
+        """Per-replica carried values -> global tensors (a collective on multi-worker)."""
+        return (distribution.gather_rows(self.strategy, state),
+                distribution.gather_rows(self.strategy, memory))
+
+    def __call__(self, batch, state, memory):
+        return self._step(batch, state, memory)
+
+    def _distributed_step(self, batch, state, memory):
+        sums, grad_norm, state, memory = self.strategy.run(
+            self._replica_step, args=(batch, state, memory))
+        metrics = {key: self.strategy.reduce("SUM", value, axis=None)
+                   for key, value in sums.items()}
+        metrics["grad_norm"] = self.strategy.reduce("MEAN", grad_norm, axis=None)
+        return metrics, state, memory
+
+    def _replica_step(self, batch, state, memory):
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync
+        local = distribution.replica_rows(batch, self.rows, context.replica_id_in_sync_group)
+        total_weight = tf.reduce_sum(batch["target_weights"])
+        grads, sums, state, memory = self._forward_backward(local, state, memory, total_weight)
+        # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
+        grads = context.all_reduce("SUM", grads)
+        grads, grad_norm = tf.clip_by_global_norm(grads, self.clip_norm)
+        if replicas > 1:
+            # The Keras optimizer sums gradients over replicas once more before applying them.
+            grads = [g / replicas for g in grads]
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+        return sums, grad_norm, state, memory
+
+    def _gradients(self, local, state, memory, total_weight):
+        targets = local["targets"]
+        weights = local["target_weights"]
+        with tf.GradientTape() as tape:
+            outputs = self.model(
+                local["token_ids"], token_mask=local["token_mask"], state=state,
+                memory=memory, context_length=self.context_length, targets=targets,
+                training=True,
+            )
+            objective, pointer_part, gate = per_target_losses(self.model, outputs, targets)
+            loss = tf.reduce_sum(objective * weights) / total_weight
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and scaling.
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        sums = {
+            "loss": tf.reduce_sum(objective * weights),
+            "nll": tf.reduce_sum((objective - pointer_part) * weights),
+            "pointer_loss": tf.reduce_sum(pointer_part * weights),
+            "gate": tf.reduce_sum(gate * weights),
+            "weight": tf.reduce_sum(weights),
+        }
+        new_memory = outputs["memory"] if self.use_memory else None
+        return grads, sums, outputs["state"], new_memory

@@ -1,0 +1,219 @@
+"""Training a language model end to end: `run(config, workdir)` (DESIGN.md section 3).
+
+Each epoch reads the training split as B contiguous streams in windows of C + T tokens and
+carries the LSTM state (and, with `pointer_memory="cache"`, the pointer memory) from window to
+window; both are reset at the start of every epoch. After each epoch the exact validation
+perplexity drives the paper's schedule (section 5.2: learning rate halved when worse than the
+previous epoch, stop after `patience` epochs without improvement or at `max_epochs`), and the
+best model is saved as `workdir/model.keras`. Checkpoints every `checkpoint_every_steps` steps
+and at every epoch end let a killed run resume with the same losses as an uninterrupted one.
+"""
+
+import math
+import os
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from psmm_tf.data.pipeline import steps_per_epoch, training_windows
+from psmm_tf.models import build_model
+from psmm_tf.training import checkpointing, distribution, reporting, run_setup
+from psmm_tf.training.evaluation import Evaluator
+from psmm_tf.training.schedule import PlateauSchedule
+from psmm_tf.training.steps import TrainStep
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite; the run stopped without saving."""
+
+
+class _Run:
+    """The objects of one training run and its epoch loop."""
+
+    def __init__(self, config, corpus, workdir, strategy, verbose):
+        self.config, self.corpus, self.workdir, self.strategy = config, corpus, workdir, strategy
+        self.chief = distribution.is_chief(strategy)
+        train = config.train
+        keras.utils.set_random_seed(train.seed)
+        self.jit_compile = run_setup.resolve_jit_compile(train.jit_compile)
+        with strategy.scope():
+            self.model = build_model(config.model)
+            self.model.set_vocabulary(corpus.vocabulary.tokens)
+            self.optimizer = run_setup.make_optimizer(train)
+            self.optimizer.build(self.model.trainable_variables)
+        self.schedule = PlateauSchedule(train.learning_rate, train.lr_decay, train.patience,
+                                        train.max_epochs)
+        self.context_length = train.resolved_context_length(config.model.window_size)
+        use_memory = train.pointer_memory == "cache"
+        self.train_step = TrainStep(
+            self.model, self.optimizer, strategy, train.batch_size, self.context_length,
+            use_memory=use_memory, clip_norm=train.clip_norm, jit_compile=self.jit_compile)
+        self.progress = checkpointing.Progress()
+        self.carry = checkpointing.Carry(
+            self.model.zero_state(train.batch_size),
+            self.model.empty_memory(train.batch_size) if use_memory else None)
+        self.checkpoint = checkpointing.make_checkpoint(
+            self.model, self.optimizer, self.schedule, self.progress, self.carry)
+        directory = workdir / checkpointing.CHECKPOINT_DIR
+        if not self.chief:  # every worker saves (collectives); only the chief's files stay
+            directory = workdir / f".{distribution.worker_name(strategy)}" / "checkpoints"
+        self.manager = checkpointing.make_manager(self.checkpoint, str(directory),
+                                                  train.keep_checkpoints)
+        self.evaluator = Evaluator(self.model, train.eval_batch_size, train.eval_length,
+                                   jit_compile=self.jit_compile)
+        self.reporter = reporting.Reporter(workdir, enabled=self.chief, verbose=verbose)
+        logging.info("%s: %d replica(s), XLA %s, C=%d T=%d B=%d, %d steps per epoch.",
+                     config.model.kind, strategy.num_replicas_in_sync,
+                     "on" if self.jit_compile else "off", self.context_length,
+                     train.num_predicted, train.batch_size, self.num_steps())
+
+    def restore(self):
+        """Restores the latest checkpoint of the chief's directory, if any; returns its path."""
+        path = tf.train.latest_checkpoint(str(self.workdir / checkpointing.CHECKPOINT_DIR))
+        if path is not None:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+            logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
+        # A resumed run may have a new max_epochs; the schedule's counters come from the file.
+        self.schedule.max_epochs = self.config.train.max_epochs
+        return path
+
+    def num_steps(self):
+        train = self.config.train
+        available = steps_per_epoch(len(self.corpus.ids["train"]), train.batch_size,
+                                    train.num_predicted)
+        return min(available, train.steps_per_epoch or available)
+
+    def save(self, epoch, step, global_step, state, memory):
+        """Checkpoints the run at (epoch, next step) with the carried state and memory."""
+        global_state, global_memory = self.train_step.gather(state, memory)
+        self.carry.assign(global_state, global_memory)
+        self.progress.set(epoch, step, global_step)
+        self.manager.save(checkpoint_number=global_step)
+
+    def train_epoch(self):
+        """Runs the rest of the current epoch; returns its `EpochMeter`."""
+        train = self.config.train
+        epoch, step, global_step = self.progress.get()
+        num_steps = self.num_steps()
+        if step == 0:
+            state, memory = self.train_step.initial_carry()
+            self.progress.epoch_sums.assign(tf.zeros([5], tf.float64))
+        else:
+            state, memory = self.train_step.distribute(*self.carry.read())
+        meter = reporting.EpochMeter()
+        for key, value in zip(meter.sums, self.progress.epoch_sums.numpy(), strict=True):
+            meter.sums[key] = float(value)
+        lr = float(self.schedule.learning_rate.numpy())
+        self.optimizer.learning_rate = lr
+        dataset = training_windows(self.corpus.ids["train"], train.batch_size,
+                                   self.context_length, train.num_predicted)
+        self.reporter.start_epoch(epoch, num_steps, step)
+        for batch in dataset.take(num_steps).skip(step):
+            metrics, state, memory = self.train_step(batch, state, memory)
+            loss = float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
+            if not math.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"Training loss is {loss} at epoch {epoch + 1}, step {step + 1} (global step "
+                    f"{global_step + 1}); the run stopped without saving. Last good checkpoint: "
+                    f"{self.manager.latest_checkpoint or 'none'}. Resume from it with a lower "
+                    f"learning_rate or clip_norm.")
+            meter.add(metrics)
+            self.progress.epoch_sums.assign(np.array(list(meter.sums.values())))
+            self.reporter.step(epoch, step, global_step + 1, metrics, meter, lr)
+            step, global_step = step + 1, global_step + 1
+            if global_step % train.checkpoint_every_steps == 0 and step < num_steps:
+                self.save(epoch, step, global_step, state, memory)
+                self.reporter.scalars(global_step, meter.summary(), "train_running")
+        self.progress.set(epoch, step, global_step)
+        return meter
+
+    def end_epoch(self, meter):
+        """Validates, applies the schedule, saves the best model and the epoch's checkpoint."""
+        epoch, _, global_step = self.progress.get()
+        valid = self.evaluator.evaluate(self.corpus.ids["valid"],
+                                        max_tokens=self.config.train.max_eval_tokens)
+        lr = float(self.schedule.learning_rate.numpy())
+        decision = self.schedule.update(valid.perplexity)
+        if decision.improved and self.chief:
+            save_model_atomic(self.model, self.workdir / checkpointing.MODEL_FILE)
+        summary = meter.summary()
+        record = {"epoch": epoch, "global_step": global_step, "learning_rate": lr,
+                  "train_perplexity": summary["perplexity"], "valid_perplexity": valid.perplexity,
+                  "valid_mean_gate": valid.mean_gate, "train_mean_gate": summary["mean_gate"],
+                  "pointer_loss_share": summary["pointer_loss_share"],
+                  "tokens_per_second": summary["tokens_per_second"],
+                  "train_seconds": summary["seconds"], "improved": decision.improved,
+                  "next_learning_rate": decision.learning_rate}
+        self.reporter.end_epoch(record)
+        self.reporter.scalars(epoch + 1, {
+            "train_perplexity": summary["perplexity"], "valid_perplexity": valid.perplexity,
+            "learning_rate": lr, "mean_gate": summary["mean_gate"],
+            "pointer_loss_share": summary["pointer_loss_share"],
+            "tokens_per_second": summary["tokens_per_second"]}, "epoch")
+        self.progress.set(epoch + 1, 0, global_step)
+        self.manager.save(checkpoint_number=global_step)
+
+    def finish(self):
+        """Evaluates the best model (`model.keras`) on valid and test; writes results.json."""
+        if not self.chief:
+            return {}
+        best = keras.saving.load_model(self.workdir / checkpointing.MODEL_FILE)
+        evaluator = Evaluator(best, self.config.train.eval_batch_size,
+                              self.config.train.eval_length, jit_compile=self.jit_compile)
+        results = {"best_valid_perplexity": float(self.schedule.best_perplexity.numpy()),
+                   "epochs": int(self.schedule.epochs_done.numpy()),
+                   "global_step": self.progress.get()[2],
+                   "train_seconds": sum(r["train_seconds"]
+                                        for r in reporting.read_history(self.workdir))}
+        if "test" in self.corpus.ids:
+            test = evaluator.evaluate(self.corpus.ids["test"],
+                                      max_tokens=self.config.train.max_eval_tokens)
+            results.update(test_perplexity=test.perplexity, test_mean_gate=test.mean_gate)
+        reporting.write_json_atomic(self.workdir / checkpointing.RESULTS_FILE, results)
+        return results
+
+
+def save_model_atomic(model, path):
+    """`model.save` to a temporary `.keras` file, then a rename over `path`."""
+    tmp = path.with_name(".tmp-" + path.name)
+    model.save(tmp)
+    os.replace(tmp, path)
+
+
+def run(config, workdir, strategy=None, verbose=1):
+    """Trains the model of `config` in `workdir`, resuming the run there if one exists.
+
+    Args:
+        config: `psmm_tf.configs.ExperimentConfig`.
+        workdir: str or path. See `psmm_tf.training.checkpointing` for what it holds.
+        strategy: optional `tf.distribute.Strategy` (default: the current one, one device).
+        verbose: int. 1: a progress bar per epoch; 0: log lines only.
+
+    Returns:
+        dict: `best_valid_perplexity`, `test_perplexity` (when the corpus has a test split),
+        `epochs`, `global_step`, `train_seconds` (also written to `workdir/results.json`); an
+        empty dict on non-chief workers.
+
+    Raises:
+        NonFiniteLossError: the loss became NaN or infinite (the last checkpoint is kept).
+        ValueError: bad config, data, or a workdir holding a run with another config.
+    """
+    workdir = Path(workdir)
+    strategy = strategy or tf.distribute.get_strategy()
+    config, corpus = run_setup.prepare_workdir(config, workdir, strategy)
+    state = _Run(config, corpus, workdir, strategy, verbose)
+    try:
+        state.restore()
+        while not state.schedule.should_stop:
+            meter = state.train_epoch()
+            state.end_epoch(meter)
+        results = state.finish()
+    finally:
+        state.reporter.close()
+    if not state.chief:
+        shutil.rmtree(workdir / f".{distribution.worker_name(strategy)}", ignore_errors=True)
+    return results

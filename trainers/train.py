@@ -1,0 +1,210 @@
+r"""Trains a pointer sentinel mixture model (or its LSTM baseline) and resumes killed runs.
+
+A named preset fills every setting a flag does not give. A --workdir that already holds a run
+resumes it (same settings; --epochs may grow). The workdir then holds config.json, vocab.txt,
+checkpoints/, model.keras (the best model by validation perplexity), history.json, steps.jsonl,
+results.json and tensorboard/.
+
+Examples:
+  # About a minute on a CPU: PSMM against the LSTM baseline on the embedded synthetic corpus.
+  psmm-train --preset=small --dataset=synthetic --epochs=3 --compare_baseline \
+      --workdir=/tmp/psmm_quickstart
+
+  # The paper's Penn Treebank model (2x650, window 100, BPTT 100, batch 32).
+  psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --workdir=/tmp/ptb_psmm
+
+  # Two GPUs of one machine, or the workers listed in TF_CONFIG.
+  psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --strategy=mirrored ...
+"""
+
+import logging
+import os
+import sys
+
+from absl import app, flags
+
+from psmm_tf import configs
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("workdir", None, "Directory of the run: created, or resumed if it holds one.")
+flags.DEFINE_enum("preset", "small", sorted(configs.PRESETS),
+                  "Named configuration that fills every setting not given by a flag: tiny "
+                  "(tests), small (2x200, CPU), medium (the paper's 2x650 PTB model), large.")
+flags.DEFINE_enum("dataset", None, list(configs.DATASETS),
+                  "Corpus: synthetic (generated, no files needed), ptb, wikitext2, wikitext103, "
+                  "or text (a folder with train.txt, valid.txt, test.txt). Default: the "
+                  "preset's (synthetic).")
+flags.DEFINE_string("data_dir", None, "Folder of the corpus files (required for real corpora; "
+                    "for synthetic, where its files are written).")
+flags.DEFINE_enum("train_split", None, list(configs.SPLITS),
+                  "Corpus file used for training (e.g. valid where a training file is absent).")
+flags.DEFINE_enum("valid_split", None, list(configs.SPLITS),
+                  "Corpus file used for validation (the schedule and model selection).")
+flags.DEFINE_enum("test_split", None, list(configs.SPLITS), "Corpus file used for testing.")
+flags.DEFINE_integer("min_count", None, "Words seen fewer times in training become <unk>.")
+flags.DEFINE_integer("max_vocab_size", None, "At most this many words in the vocabulary.")
+flags.DEFINE_integer("synthetic_train_tokens", None, "Training tokens of the synthetic corpus.")
+flags.DEFINE_enum("model", None, list(configs.MODEL_KINDS),
+                  "psmm (pointer sentinel-LSTM), lstm (softmax-only baseline, same backbone) "
+                  "or pointer_softmax (Gulcehre et al.'s switch instead of the sentinel).")
+flags.DEFINE_integer("embedding_dim", None, "Width of the word embedding.")
+flags.DEFINE_integer("hidden_dim", None, "Units of every LSTM layer.")
+flags.DEFINE_integer("num_layers", None, "Number of LSTM layers.")
+flags.DEFINE_integer("window_size", None, "L: hidden states the pointer scores, its own included.")
+flags.DEFINE_integer("num_predicted", None,
+                     "T: predicted positions per training window (the BPTT length).")
+flags.DEFINE_alias("bptt", "num_predicted")
+flags.DEFINE_enum("pointer_memory", None, list(configs.POINTER_MEMORY_MODES),
+                  "recompute: windows of C + T tokens with C = window_size - 1 context positions "
+                  "recomputed (C = L - 1, T = 1 is the paper's scheme); cache: T-token windows "
+                  "with the previous window's hidden states as a constant memory.")
+flags.DEFINE_integer("context_length", None, "C for pointer_memory=recompute (default L - 1).")
+flags.DEFINE_integer("batch_size", None, "B: contiguous streams per batch (global batch).")
+flags.DEFINE_integer("epochs", None, "Maximum number of epochs (paper: 64).")
+flags.DEFINE_integer("steps_per_epoch", None, "Limit of training steps per epoch.")
+flags.DEFINE_integer("patience", None, "Stop after this many epochs without improvement.")
+flags.DEFINE_enum("optimizer", None, ["sgd", "adam"], "Optimizer.")
+flags.DEFINE_float("learning_rate", None,
+                   "Initial learning rate (preset: 1.0 for sgd; 0.001 when --optimizer=adam "
+                   "is given without it).")
+flags.DEFINE_float("lr_decay", None, "Factor applied to the learning rate when validation "
+                   "perplexity gets worse (paper: 0.5).")
+flags.DEFINE_float("dropout", None, "Locked dropout on the embedding, between layers and on the "
+                   "output (all three).")
+flags.DEFINE_float("zoneout", None, "Zoneout probability of the LSTM states.")
+flags.DEFINE_float("clip_norm", None, "Global gradient norm limit (paper: 1).")
+flags.DEFINE_integer("seed", None, "Seed of initialisation and dropout.")
+flags.DEFINE_enum("jit_compile", None, list(configs.JIT_COMPILE_MODES),
+                  "XLA: auto (on with a GPU, off on CPU), on, off.")
+flags.DEFINE_integer("checkpoint_every_steps", None, "Steps between checkpoints.")
+flags.DEFINE_integer("max_eval_tokens", None, "Evaluate on at most this many tokens per split.")
+flags.DEFINE_integer("eval_batch_size", None, "Streams of the evaluation (1: exact).")
+flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker"],
+                  "tf.distribute strategy: default (one device), mirrored (all local GPUs, or "
+                  "--logical_cpus CPU devices), multi_worker (the cluster in TF_CONFIG).")
+flags.DEFINE_integer("logical_cpus", 0, "Split the CPU into this many logical devices (for "
+                     "--strategy=mirrored without GPUs); 0: no split.", lower_bound=0)
+flags.DEFINE_bool("compare_baseline", False, "Train the model and the LSTM baseline with the "
+                  "same settings (in workdir/<model> and workdir/lstm) and print both "
+                  "perplexities.")
+flags.DEFINE_integer("verbose", 1, "1: a progress bar per epoch; 0: log lines only.")
+
+_POSITIVE = ("embedding_dim", "hidden_dim", "num_layers", "window_size", "num_predicted",
+             "batch_size", "epochs", "steps_per_epoch", "patience", "checkpoint_every_steps",
+             "max_eval_tokens", "eval_batch_size", "min_count", "max_vocab_size",
+             "synthetic_train_tokens")
+for _name in _POSITIVE:
+    flags.register_validator(_name, lambda v: v is None or v >= 1,
+                             message="must be an integer >= 1.")
+flags.register_validator("context_length", lambda v: v is None or v >= 0,
+                         message="must be an integer >= 0.")
+for _name in ("learning_rate", "clip_norm"):
+    flags.register_validator(_name, lambda v: v is None or v > 0, message="must be > 0.")
+flags.register_validator("lr_decay", lambda v: v is None or 0 < v <= 1,
+                         message="must be in (0, 1].")
+for _name in ("dropout", "zoneout"):
+    flags.register_validator(_name, lambda v: v is None or 0 <= v < 1,
+                             message="must be a probability in [0, 1).")
+flags.register_validator("workdir", lambda v: bool(v), message="is required: the run's folder.")
+
+
+def config_from_flags(flag_values=FLAGS):
+    """The `ExperimentConfig` the flags describe: the preset with the given flags replaced.
+
+    Raises:
+        app.UsageError: a combination of flags that is not valid (naming the flag).
+    """
+    f = flag_values
+    preset = configs.get_preset(f.preset)
+
+    def given(**names):
+        return {field: getattr(f, flag) for field, flag in names.items()
+                if getattr(f, flag) is not None}
+
+    model = given(kind="model", embedding_dim="embedding_dim", hidden_dim="hidden_dim",
+                  num_layers="num_layers", window_size="window_size", zoneout="zoneout")
+    if f.dropout is not None:
+        model.update(input_dropout=f.dropout, hidden_dropout=f.dropout, output_dropout=f.dropout)
+    if f.seed is not None:
+        model["seed"] = f.seed
+    train = given(batch_size="batch_size", num_predicted="num_predicted",
+                  pointer_memory="pointer_memory", context_length="context_length",
+                  optimizer="optimizer", learning_rate="learning_rate", lr_decay="lr_decay",
+                  clip_norm="clip_norm", patience="patience", max_epochs="epochs",
+                  steps_per_epoch="steps_per_epoch", seed="seed", jit_compile="jit_compile",
+                  checkpoint_every_steps="checkpoint_every_steps",
+                  max_eval_tokens="max_eval_tokens", eval_batch_size="eval_batch_size")
+    if f.optimizer == "adam" and f.learning_rate is None:
+        train["learning_rate"] = 1e-3
+    data = given(dataset="dataset", data_dir="data_dir", min_count="min_count",
+                 max_vocab_size="max_vocab_size", synthetic_train_tokens="synthetic_train_tokens",
+                 train_split="train_split", valid_split="valid_split", test_split="test_split")
+    try:
+        config = preset.replace(model=model, train=train, data=data)
+    except ValueError as err:
+        raise app.UsageError(f"Invalid flag value: {err}") from None
+    if config.data.dataset != "synthetic" and not config.data.data_dir:
+        raise app.UsageError(
+            f"--data_dir is required for --dataset={config.data.dataset}: the folder holding "
+            "the corpus files (e.g. ptb.train.txt, ptb.valid.txt, ptb.test.txt).")
+    if (config.train.pointer_memory == "recompute" and config.train.context_length is not None
+            and config.train.context_length >= config.model.window_size):
+        raise app.UsageError(
+            f"--context_length={config.train.context_length} must be < --window_size="
+            f"{config.model.window_size}: the pointer never reaches further back.")
+    return config
+
+
+def make_strategy(name, logical_cpus=0):
+    """The `tf.distribute.Strategy` of --strategy (None for "default")."""
+    import tensorflow as tf
+
+    if logical_cpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * logical_cpus)
+    if name == "mirrored":
+        devices = None
+        if logical_cpus and not tf.config.list_physical_devices("GPU"):
+            devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return None
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    # TensorFlow's own INFO lines (one per checkpoint shard) would drown the progress.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    try:
+        config = config_from_flags()
+        if FLAGS.strategy == "multi_worker" and not os.environ.get("TF_CONFIG"):
+            raise app.UsageError("--strategy=multi_worker needs the cluster in TF_CONFIG.")
+    except app.UsageError as err:
+        # The message alone (app.run would bury it under the whole help text); nothing written.
+        sys.exit(f"FATAL Flags error: {err}\nPass --helpfull to see help on flags.")
+    strategy = make_strategy(FLAGS.strategy, FLAGS.logical_cpus)
+    from psmm_tf.training import comparison, train_lib
+
+    if FLAGS.compare_baseline:
+        results = comparison.compare_with_baseline(config, FLAGS.workdir, strategy=strategy,
+                                                   verbose=FLAGS.verbose)
+        print(comparison.format_comparison(results), flush=True)
+        return
+    results = train_lib.run(config, FLAGS.workdir, strategy=strategy, verbose=FLAGS.verbose)
+    if results:
+        print(f"best valid perplexity {results['best_valid_perplexity']:.2f}"
+              + (f", test perplexity {results['test_perplexity']:.2f}"
+                 if "test_perplexity" in results else ""), flush=True)
+
+
+def main():
+    """Console-script entry point (`psmm-train`)."""
+    app.run(_main)
+
+
+if __name__ == "__main__":
+    main()
