@@ -17,6 +17,8 @@ A checkpoint holds, under these keys:
     progress    epoch, step within it (the next window to read), global step
     carry       the LSTM state and pointer memory carried into that next window, global rows
     rng         the state of every dropout / zoneout `SeedGenerator` of the model
+    weights     every model weight in `model.weights` order (see `ModelWeights`: the `model`
+                key misses the LSTM layers with Keras 3.15; `restore_model_weights` uses both)
 `CheckpointManager.save` writes the files first and then updates the `checkpoint` index, so a
 kill mid-write leaves the previous checkpoint as the latest.
 """
@@ -104,6 +106,19 @@ class Carry(tf.Module):
         return state, memory
 
 
+class ModelWeights(tf.Module):
+    """Holds every weight of the model (in `model.weights` order) under one checkpoint key.
+
+    With Keras 3.15, `tf.train.Checkpoint(model=model)` does not reach layers kept in a Python
+    list (the backbone's LSTM layers): their weights are neither saved nor restored under
+    `model`. This key holds all of them, so `restore_model_weights` restores a complete model.
+    """
+
+    def __init__(self, variables):
+        super().__init__(name="weights")
+        self.variables_list = list(variables)
+
+
 class RngState(tf.Module):
     """Holds the seed-generator state variables so a checkpoint tracks them."""
 
@@ -116,7 +131,8 @@ def make_checkpoint(model, optimizer, schedule, progress, carry):
     """The `tf.train.Checkpoint` of a run, with the keys listed in this module's docstring."""
     return tf.train.Checkpoint(model=model, optimizer=optimizer, schedule=schedule,
                                progress=progress, carry=carry,
-                               rng=RngState(seed_generator_states(model)))
+                               rng=RngState(seed_generator_states(model)),
+                               weights=ModelWeights(model.weights))
 
 
 def make_manager(checkpoint, directory, max_to_keep):
@@ -126,12 +142,13 @@ def make_manager(checkpoint, directory, max_to_keep):
 
 
 def restore_model_weights(model, directory):
-    """Restores only the model's weights from the latest checkpoint in `directory`.
+    """Restores all of the model's weights from the latest checkpoint in `directory`.
 
     Returns:
         The checkpoint path restored, or None when there is none.
     """
     path = tf.train.latest_checkpoint(directory)
     if path is not None:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        checkpoint = tf.train.Checkpoint(model=model, weights=ModelWeights(model.weights))
+        checkpoint.restore(path).expect_partial()
     return path

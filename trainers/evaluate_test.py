@@ -1,0 +1,60 @@
+"""psmm-evaluate on tiny runs: the printed perplexity, the report files, and refused flags."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import tensorflow as tf
+
+from psmm_tf import configs
+from psmm_tf.training import train_lib
+from psmm_tf.training.evaluation import Evaluator
+from psmm_tf.training.evaluation_report import load_trained_run
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _evaluate(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, str(REPO_ROOT / "trainers" / "evaluate.py"), *args],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+class EvaluateCommandTest(tf.test.TestCase):
+    def test_report_of_a_run_against_its_baseline(self):
+        base = Path(self.get_temp_dir())
+        config = configs.get_preset("tiny").replace(
+            train={"steps_per_epoch": 8, "max_epochs": 1, "max_eval_tokens": 200},
+            data={"synthetic_train_tokens": 4000})
+        train_lib.run(config, base / "psmm", verbose=0)
+        train_lib.run(config.replace(model={"kind": "lstm"}), base / "lstm", verbose=0)
+        out = base / "report"
+        done = _evaluate(f"--workdir={base / 'psmm'}", f"--baseline_workdir={base / 'lstm'}",
+                         "--split=valid", "--max_tokens=400", f"--output_dir={out}",
+                         "--positions=3,150,398", "--length=37")
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        printed = float(re.search(r"psmm valid perplexity ([\d.]+) \(399 targets\)",
+                                  done.stdout).group(1))
+        run = load_trained_run(base / "psmm")
+        expected = Evaluator(run.model).evaluate(run.corpus.ids["valid"], max_tokens=400)
+        self.assertAllClose(printed, expected.perplexity, atol=0.006)
+        metrics = json.loads((out / "metrics.json").read_text())
+        self.assertAllClose(metrics["perplexity"], expected.perplexity, rtol=1e-6)
+        self.assertEqual(metrics["attention_positions"], [3, 150, 398])
+        self.assertIn("| 10 |", (out / "frequency_buckets.md").read_text())
+        self.assertTrue((out / "frequency_buckets.png").is_file())
+        self.assertEqual((out / "attention.html").read_text().count("class='example'"), 3)
+
+    def test_refuses_a_folder_without_a_run(self):
+        done = _evaluate(f"--workdir={self.get_temp_dir()}")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("has no config.json; expected the folder of a training run", done.stderr)
+        done = _evaluate(f"--workdir={self.get_temp_dir()}", "--split=dev")
+        self.assertIn("flag --split=dev: value should be one of <train|valid|test>", done.stderr)
+
+
+if __name__ == "__main__":
+    tf.test.main()
