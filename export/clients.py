@@ -1,0 +1,171 @@
+"""Clients of an exported model: in-process, TF Serving REST and TF Serving gRPC.
+
+Every client has `predict(signature_name, inputs)` taking and returning dicts of NumPy arrays
+(strings as Python `str`), so callers do not care where the model runs. None of them imports
+`psmm_tf`: an exported model needs TensorFlow only (and `tensorflow-serving-api` for gRPC).
+"""
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+import numpy as np
+import tensorflow as tf
+
+
+class ServingError(RuntimeError):
+    """The model rejected a request (bad input) or the server failed; the message says why."""
+
+
+def _decoded(value):
+    """`value` as a NumPy array, with byte strings decoded to `str`."""
+    value = np.asarray(value)
+    if value.dtype.kind in "OS":
+        flat = [s.decode("utf-8") if isinstance(s, bytes) else s for s in value.reshape(-1)]
+        return np.array(flat, dtype=object).reshape(value.shape)
+    return value
+
+
+def resolve_export_dir(path):
+    """`path` if it holds a SavedModel, else its largest integer-named version folder."""
+    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = [int(n) for n in tf.io.gfile.listdir(path) if n.rstrip("/").isdigit()]
+    if not versions:
+        raise FileNotFoundError(f"No saved_model.pb and no version folder in {path}.")
+    return os.path.join(path, str(max(versions)))
+
+
+class LocalClient:
+    """Runs the SavedModel in this process (`tf.saved_model.load`).
+
+    Args:
+        path: str. An export folder (`.../3`) or the base holding versions (the latest is used).
+    """
+
+    def __init__(self, path):
+        self.export_dir = resolve_export_dir(path)
+        self.model = tf.saved_model.load(self.export_dir)
+
+    def input_dtypes(self, signature_name):
+        """`{input name: tf.DType}` of a signature."""
+        _, specs = self.model.signatures[signature_name].structured_input_signature
+        return {name: spec.dtype for name, spec in specs.items()}
+
+    def predict(self, signature_name, inputs):
+        if signature_name not in self.model.signatures:
+            raise ServingError(f"No signature {signature_name!r}; the export has "
+                               f"{sorted(self.model.signatures)}.")
+        dtypes = self.input_dtypes(signature_name)
+        if set(inputs) != set(dtypes):
+            raise ServingError(f"Signature {signature_name!r} takes inputs {sorted(dtypes)}; "
+                               f"got {sorted(inputs)}.")
+        tensors = {name: tf.constant(_as_array(name, value, dtypes[name]))
+                   for name, value in inputs.items()}
+        try:
+            outputs = self.model.signatures[signature_name](**tensors)
+        except tf.errors.InvalidArgumentError as err:
+            raise ServingError(err.message) from None
+        return {name: _decoded(value.numpy()) for name, value in outputs.items()}
+
+
+def _as_array(name, value, dtype):
+    """`value` as a NumPy array of `dtype`, refusing lossy conversions (floats to ints, ...)."""
+    if dtype == tf.string:
+        array = np.asarray(value, dtype=object)
+        if all(isinstance(v, (str, bytes)) for v in array.reshape(-1)):
+            return array
+        raise ServingError(f"`{name}` must hold strings.")
+    array = np.asarray(value)
+    kinds = {tf.bool: "b"}.get(dtype, "iub" if dtype.is_integer else "fiu")
+    if array.size and array.dtype.kind not in kinds:
+        raise ServingError(f"`{name}` must be {dtype.name}; got {array.dtype} values.")
+    if dtype.is_integer and array.size and array.dtype.kind in "iu" and (
+            array.min() < dtype.min or array.max() > dtype.max):
+        raise ServingError(f"`{name}` holds values outside the range of {dtype.name}.")
+    return array.astype(dtype.as_numpy_dtype)
+
+
+class RestClient:
+    """TF Serving's REST API: `POST {url}/v1/models/{name}[/versions/{v}]:predict`, JSON.
+
+    Args:
+        url: str. E.g. "http://localhost:8501".
+        model_name: str. version: optional int. timeout: float seconds.
+    """
+
+    def __init__(self, url, model_name, version=None, timeout=30.0):
+        version_part = f"/versions/{version}" if version is not None else ""
+        self.endpoint = f"{url.rstrip('/')}/v1/models/{model_name}{version_part}:predict"
+        self.timeout = timeout
+
+    def predict(self, signature_name, inputs):
+        body = {"signature_name": signature_name,
+                "inputs": {name: np.asarray(value).tolist() for name, value in inputs.items()}}
+        request = urllib.request.Request(
+            self.endpoint, data=json.dumps(body).encode("utf-8"),
+            headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                reply = json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as err:
+            text = err.read().decode("utf-8", "replace")
+            try:
+                text = json.loads(text).get("error", text)
+            except ValueError:
+                pass
+            raise ServingError(f"HTTP {err.code} from {self.endpoint}: {text}") from None
+        outputs = reply["outputs"]
+        if not isinstance(outputs, dict):  # a single-output signature returns the bare value
+            raise ServingError(f"Expected named outputs from {self.endpoint}, got {reply!r:.200}")
+        return {name: _decoded(np.asarray(value, dtype=object if _is_text(value) else None))
+                for name, value in outputs.items()}
+
+
+def _is_text(value):
+    while isinstance(value, list) and value:
+        value = value[0]
+    return isinstance(value, str)
+
+
+class GrpcClient:
+    """TF Serving's gRPC `PredictionService.Predict`.
+
+    Args:
+        target: str. "host:port". model_name: str. version: optional int. timeout: float.
+    """
+
+    def __init__(self, target, model_name, version=None, timeout=30.0):
+        import grpc
+        from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+        self._grpc = grpc
+        self.channel = grpc.insecure_channel(target)
+        self.stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        self.model_name, self.version, self.timeout = model_name, version, timeout
+
+    def predict(self, signature_name, inputs):
+        from tensorflow_serving.apis import predict_pb2
+
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = self.model_name
+        request.model_spec.signature_name = signature_name
+        if self.version is not None:
+            request.model_spec.version.value = self.version
+        for name, value in inputs.items():
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(_grpc_value(value)))
+        try:
+            response = self.stub.Predict(request, timeout=self.timeout)
+        except self._grpc.RpcError as err:
+            raise ServingError(f"{err.code().name}: {err.details()}") from None
+        return {name: _decoded(tf.make_ndarray(proto)) for name, proto in response.outputs.items()}
+
+    def close(self):
+        self.channel.close()
+
+
+def _grpc_value(value):
+    value = np.asarray(value)
+    # NumPy's default integers are int64; the signatures take int32.
+    return value.astype(np.int32) if value.dtype == np.int64 else value

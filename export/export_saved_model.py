@@ -1,0 +1,187 @@
+r"""Exports a trained language model as a TF Serving SavedModel: `<export_base>/<version>/`.
+
+The export is a plain SavedModel (loadable without Python code from this repository) with the
+signatures of `export.serving_module`, the vocabulary as an asset, warmup requests in
+`assets.extra/tf_serving_warmup_requests` and the run's config in `assets.extra/config.json`.
+It is written to a hidden temporary folder beside the versions (TF Serving ignores non-numeric
+names) and renamed into place at the end, so a failed export leaves nothing behind and a
+version is never overwritten.
+
+Usage:
+```
+psmm-export --workdir=/runs/ptb --export_base=/models/psmm            # latest checkpoint
+psmm-export --keras_model=/runs/ptb/model.keras --vocab=/runs/ptb/vocab.txt \
+    --config=/runs/ptb/config.json --export_base=/models/psmm --version=3
+psmm-export --checkpoint=/runs/ptb/checkpoints/ckpt-40 --config=... --vocab=... --export_base=...
+```
+"""
+
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+from absl import app, flags
+from tensorflow.core.protobuf import saved_model_pb2
+
+import psmm_tf.models  # noqa: F401  (registers the custom Keras objects for load_model)
+from export import warmup
+from export.serving_module import ServingModule
+from psmm_tf.configs import ExperimentConfig
+from psmm_tf.data import Vocabulary
+from psmm_tf.models import build_model
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Training workdir (config.json, vocab.txt, checkpoints/); "
+                    "its latest checkpoint is exported.")
+flags.DEFINE_string("keras_model", None, "A .keras file of the model, instead of --workdir.")
+flags.DEFINE_string("checkpoint", None, "A checkpoint prefix or folder (model under key "
+                    "`model`), with --config and --vocab, instead of --workdir.")
+flags.DEFINE_string("config", None, "config.json of the run (default: the workdir's).")
+flags.DEFINE_string("vocab", None, "Vocabulary file (default: the workdir's vocab.txt).")
+flags.DEFINE_string("export_base", None, "Folder of the versions; created if missing.")
+flags.DEFINE_integer("version", None, "Version to write (default: the next integer).")
+flags.DEFINE_string("model_name", "psmm", "Model name in the warmup requests.")
+
+INPUT_SHAPES = {
+    "texts": "(batch,) string", "token_ids": "(batch, time) int32", "lengths": "(batch,) int32",
+    "lstm_state": "(batch, num_layers, 2, hidden) float32",
+    "memory_hidden": "(batch, window_size - 1, hidden) float32",
+    "memory_ids": "(batch, window_size - 1) int32", "memory_mask": "(batch, window_size - 1) bool",
+    "last_id": "(batch,) int32", "batch_size": "() int32", "k": "() int32",
+}
+
+
+def restore_checkpoint(model, checkpoint):
+    """Restores `model` (key `model`) from a checkpoint prefix, or a folder's latest one."""
+    if tf.io.gfile.isdir(checkpoint):
+        path = tf.train.latest_checkpoint(checkpoint)
+        if path is None:
+            raise FileNotFoundError(f"No checkpoint in {checkpoint}.")
+        checkpoint = path
+    status = tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
+    status.assert_existing_objects_matched()
+    return checkpoint
+
+
+def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, vocab=None):
+    """The model to export, its vocabulary file and config JSON (or None), from one source.
+
+    Args:
+        workdir: str. A training workdir: `config.json`, `vocab.txt`, `checkpoints/`.
+        keras_model: str. A `.keras` file (then `vocab` is required, `config` optional).
+        checkpoint: str. A checkpoint prefix or folder (then `config` and `vocab` required).
+        config, vocab: str. Override the workdir's files.
+
+    Returns:
+        `(model, vocab_path, config_json)`.
+    """
+    if sum(x is not None for x in (workdir, keras_model, checkpoint)) != 1:
+        raise ValueError("Give exactly one of --workdir, --keras_model and --checkpoint.")
+    if workdir is not None:
+        config = config or os.path.join(workdir, "config.json")
+        vocab = vocab or os.path.join(workdir, "vocab.txt")
+        checkpoint = os.path.join(workdir, "checkpoints")
+    if vocab is None:
+        raise ValueError("--vocab is required with --keras_model and --checkpoint.")
+    config_json = None
+    if config is not None:
+        with open(config, encoding="utf-8") as f:
+            config_json = f.read()
+    if keras_model is not None:
+        model = keras.saving.load_model(keras_model)
+    else:
+        if config_json is None:
+            raise ValueError("--config is required with --checkpoint.")
+        model = build_model(ExperimentConfig.from_json(config_json).model)
+        model.set_vocabulary(Vocabulary.load(vocab).tokens)
+        restore_checkpoint(model, checkpoint)
+    return model, vocab, config_json
+
+
+def next_version(export_base):
+    """1 + the largest integer-named version in `export_base` (1 if none)."""
+    if not tf.io.gfile.isdir(export_base):
+        return 1
+    versions = [int(name) for name in tf.io.gfile.listdir(export_base)
+                if name.rstrip("/").isdigit()]
+    return max(versions, default=0) + 1
+
+
+def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
+           config_json=None):
+    """Writes the SavedModel of `model` to `<export_base>/<version>/`; returns that path.
+
+    Raises:
+        FileExistsError: if the version exists.
+    """
+    version = next_version(export_base) if version is None else int(version)
+    if version < 1:
+        raise ValueError(f"version must be >= 1, got {version}.")
+    final = os.path.join(export_base, str(version))
+    if os.path.exists(final):
+        raise FileExistsError(f"{final} exists; versions are never overwritten.")
+    os.makedirs(export_base, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_base)
+    try:
+        module = ServingModule(model, vocabulary_file)
+        tf.saved_model.save(module, temporary, signatures=module.signatures())
+        extra = os.path.join(temporary, "assets.extra")
+        os.makedirs(extra)
+        requests = warmup.warmup_inputs(Vocabulary.load(vocabulary_file).tokens,
+                                        module.num_layers, module.hidden_dim,
+                                        module.memory_size, module.eos_id)
+        warmup.write_warmup_file(os.path.join(extra, warmup.WARMUP_FILE), model_name, requests)
+        if config_json is not None:
+            with open(os.path.join(extra, "config.json"), "w", encoding="utf-8") as f:
+                f.write(config_json)
+        if os.path.exists(final):
+            raise FileExistsError(f"{final} appeared during the export; not overwriting it.")
+        os.rename(temporary, final)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return final
+
+
+def describe_signatures(export_dir):
+    """The signatures of a SavedModel as text: inputs and outputs with dtypes and shapes."""
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    lines = []
+    for name, signature in sorted(saved_model.meta_graphs[0].signature_def.items()):
+        if name.startswith("__"):  # __saved_model_init_op: the table initialisers
+            continue
+        lines.append(f"signature {name!r} ({signature.method_name}):")
+        for kind, tensors in (("input", signature.inputs), ("output", signature.outputs)):
+            for key, info in sorted(tensors.items()):
+                if kind == "input":
+                    shape = INPUT_SHAPES.get(key, "?") + ", any rank accepted and checked"
+                else:
+                    dims = [d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
+                    shape = f"{tuple(dims)} {tf.dtypes.as_dtype(info.dtype).name}"
+                lines.append(f"  {kind:6s} {key:14s} {shape}  [{info.name}]")
+    return "\n".join(lines)
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if FLAGS.export_base is None:
+        raise app.UsageError("--export_base is required.")
+    model, vocab, config_json = load_model(FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint,
+                                           FLAGS.config, FLAGS.vocab)
+    path = export(model, vocab, FLAGS.export_base, FLAGS.version, FLAGS.model_name, config_json)
+    print(f"Exported {path}")
+    print(describe_signatures(path))
+
+
+def main(argv=None):
+    """Console-script entry point (`psmm-export`)."""
+    app.run(_main, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

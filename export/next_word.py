@@ -1,0 +1,87 @@
+"""The next-word distribution of a context, over the vocabulary extended by its window's words.
+
+The pointer copies words, not ids: a context word outside the softmax vocabulary (read by the
+model as `<unk>`) can still be predicted by pointing at it. The distribution is therefore taken
+over `V + L` ids: the `V` vocabulary ids, and `V + j` for the out-of-vocabulary word whose first
+occurrence in the last position's window (`L` keys) is slot `j`. The vocabulary logits are
+padded with very negative values up to `V + L` (zero probability) and the window's attention
+is scatter-added onto these extended ids by `psmm_tf.layers.mixture_distribution`. The
+`<unk>` entry keeps the softmax's mass for "some word outside the vocabulary" plus the
+attention on literal `<unk>` tokens of the context.
+"""
+
+import tensorflow as tf
+
+from psmm_tf.layers import mixture_distribution
+
+_PAD_LOGIT = -1e30
+
+
+def last_window(values, last, window_size):
+    """The `window_size` entries of each row ending at `last`, and which of them exist.
+
+    Args:
+        values: `(batch_size, T, ...)`.
+        last: int32 `(batch_size,)`, the last position of each row.
+        window_size: int. `L`.
+
+    Returns:
+        `(window, valid)`: `(batch_size, L, ...)` (slot `L - 1` is position `last`) and bool
+        `(batch_size, L)`, False for slots before the start of the row.
+    """
+    positions = last[:, None] - (window_size - 1) + tf.range(window_size)[None, :]
+    valid = positions >= 0
+    return tf.gather(values, tf.maximum(positions, 0), batch_dims=1), valid
+
+
+def next_word(outputs, words, vocab_ids, lengths, window_size, vocab_size):
+    """Next-word probabilities after the last position of each row.
+
+    Args:
+        outputs: the model's outputs for the padded context (`vocab_logits` `(B, T, V)`, and
+            `attention` `(B, T, T)` and `gate` `(B, T)` for models with a pointer).
+        words: string `(B, T)`, the context's tokens as read (the keys' words).
+        vocab_ids: int32 `(B, T)`, their vocabulary ids, -1 for words outside it.
+        lengths: int32 `(B,)`, tokens per row (>= 1).
+        window_size: int. `L`, keys the pointer of a position can reach.
+        vocab_size: int. `V`.
+
+    Returns:
+        A dict with `distribution` float32 `(B, V + L)` (rows sum to 1), `gate` `(B,)`,
+        `window_words` string `(B, L)`, `window_ids` int32 `(B, L)` (extended ids) and
+        `window_mass` float32 `(B, L)`: the pointer's probability of the word of each slot that
+        is that word's first occurrence in the window (summed over its occurrences), -1 for
+        other slots.
+    """
+    last = lengths - 1
+    logits = tf.gather(outputs["vocab_logits"], last, batch_dims=1)  # (B, V)
+    if "attention" in outputs:
+        attention = tf.gather(outputs["attention"], last, batch_dims=1)  # (B, T)
+        gate = tf.gather(outputs["gate"], last, batch_dims=1)
+    else:  # no pointer: all mass on the softmax
+        attention = tf.zeros(tf.shape(words), logits.dtype)
+        gate = tf.ones(tf.shape(last), logits.dtype)
+    attention, valid = last_window(attention, last, window_size)
+    attention = tf.where(valid, attention, 0.0)
+    window_words, _ = last_window(words, last, window_size)
+    window_vocab_ids, _ = last_window(vocab_ids, last, window_size)
+
+    # same[b, i, j]: slots i and j hold the same word (both existing).
+    same = tf.logical_and(tf.equal(window_words[:, :, None], window_words[:, None, :]),
+                          tf.logical_and(valid[:, :, None], valid[:, None, :]))
+    first = tf.argmax(tf.cast(same, tf.int32), axis=-1, output_type=tf.int32)  # (B, L)
+    window_ids = tf.where(window_vocab_ids >= 0, window_vocab_ids, vocab_size + first)
+    window_ids = tf.where(valid, window_ids, 0)
+
+    padded_logits = tf.pad(logits, [[0, 0], [0, window_size]], constant_values=_PAD_LOGIT)
+    distribution = mixture_distribution(padded_logits[:, None, :], attention[:, None, :],
+                                        gate[:, None], window_ids)[:, 0]
+    mass = tf.reduce_sum(tf.where(same, attention[:, None, :], 0.0), axis=-1)
+    is_first = tf.logical_and(valid, tf.equal(first, tf.range(window_size)[None, :]))
+    return {
+        "distribution": distribution,
+        "gate": gate,
+        "window_words": window_words,
+        "window_ids": window_ids,
+        "window_mass": tf.where(is_first, mass, -1.0),
+    }

@@ -1,0 +1,156 @@
+"""`psmm-score`: per-token log-probabilities, gate and perplexity of a text with an export.
+
+The model runs in this process (`--model`, an export folder or a base of versions) or behind
+TF Serving (`--rest http://host:8501` or `--grpc host:8500`, with `--model_name`). Input is a
+text file or stdin, read as a corpus file: every line's words and an `<eos>`.
+
+By default the file is one document: lines are sent in chunks through `score_text_stream` with
+the carried state, so the perplexity is the exact one of the whole text, as evaluation gives.
+`--independent` scores every line on its own (batched through `serving_default`).
+
+Output (`--format text`): for every line, one `token<TAB>log_prob<TAB>gate` row per token and
+a `# line N: perplexity P (T tokens)` row; then `# total: ...`. `--format json`: one JSON object
+per line (`line`, `tokens`, `log_probs`, `gate`, `num_tokens`, `log_likelihood`,
+`perplexity`), then a `{"total": {...}}` object.
+
+Example:
+```
+psmm-score --model=/models/psmm --input=ptb.test.txt --format=json
+echo "the cat sat" | psmm-score --rest=http://localhost:8501 --model_name=psmm
+```
+"""
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+
+from export import STATE_NAMES
+from export.clients import GrpcClient, LocalClient, RestClient, ServingError
+
+
+def _line_results(outputs, row, first_line):
+    """Splits one row of scoring outputs into per-line results at its `<eos>` tokens."""
+    count = int(outputs["num_tokens"][row])
+    tokens = list(outputs["tokens"][row][:count])
+    log_probs = outputs["log_probs"][row][:count].astype(float)
+    gate = outputs["gate"][row][:count].astype(float)
+    start, line = 0, first_line
+    for end, token in enumerate(tokens, start=1):
+        if token == "<eos>":
+            total = float(np.sum(log_probs[start:end]))
+            yield {"line": line, "tokens": tokens[start:end],
+                   "log_probs": log_probs[start:end].tolist(), "gate": gate[start:end].tolist(),
+                   "num_tokens": end - start, "log_likelihood": total,
+                   "perplexity": math.exp(-total / (end - start))}
+            start, line = end, line + 1
+
+
+def score_document(client, lines, lines_per_request=64):
+    """Scores `lines` as one document, in chunks with the carried state; yields line results."""
+    state = client.predict("initial_state", {"batch_size": np.array(1, np.int32)})
+    for first in range(0, len(lines), lines_per_request):
+        chunk = lines[first:first + lines_per_request]
+        # The final "\n" ends the last line, so a chunk is never empty and blank lines count.
+        texts = np.array(["\n".join(chunk) + "\n"], dtype=object)
+        outputs = client.predict("score_text_stream", {"texts": texts, **state})
+        state = {name: outputs[name] for name in STATE_NAMES}
+        yield from _line_results(outputs, 0, first + 1)
+
+
+def score_independent(client, lines, batch_size=32):
+    """Scores every line on its own, `batch_size` lines per request; yields line results."""
+    for first in range(0, len(lines), batch_size):
+        texts = np.array([line + "\n" for line in lines[first:first + batch_size]], object)
+        outputs = client.predict("serving_default", {"texts": texts})
+        for row in range(len(texts)):
+            yield from _line_results(outputs, row, first + row + 1)
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="psmm-score", description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model", help="Export folder, or a base folder of versions (latest).")
+    where.add_argument("--rest", help="TF Serving REST URL, e.g. http://localhost:8501.")
+    where.add_argument("--grpc", help="TF Serving gRPC address, e.g. localhost:8500.")
+    parser.add_argument("--model_name", default="psmm", help="Served model name.")
+    parser.add_argument("--model_version", type=int, default=None, help="Served version.")
+    parser.add_argument("--input", default="-", help="Text file (UTF-8); '-' for stdin.")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--independent", action="store_true",
+                        help="Score each line on its own instead of the file as one document.")
+    parser.add_argument("--lines_per_request", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=30.0, help="Seconds per request.")
+    return parser
+
+
+def _client(args):
+    if args.model:
+        return LocalClient(args.model)
+    if args.rest:
+        return RestClient(args.rest, args.model_name, args.model_version, args.timeout)
+    return GrpcClient(args.grpc, args.model_name, args.model_version, args.timeout)
+
+
+def _read_lines(path):
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    # Lines as the corpus readers split them: on "\n", a final "\n" ends the last line.
+    lines = data.decode("utf-8").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def _write(result, fmt, out):
+    if fmt == "json":
+        out.write(json.dumps(result) + "\n")
+        return
+    if "total" in result:
+        total = result["total"]
+        out.write(f"# total: perplexity {total['perplexity']:.4f} ({total['num_tokens']} tokens, "
+                  f"log-likelihood {total['log_likelihood']:.4f})\n")
+        return
+    for token, log_prob, gate in zip(result["tokens"], result["log_probs"], result["gate"],
+                                     strict=True):
+        out.write(f"{token}\t{log_prob:.6f}\t{gate:.6f}\n")
+    out.write(f"# line {result['line']}: perplexity {result['perplexity']:.4f} "
+              f"({result['num_tokens']} tokens)\n")
+
+
+def main(argv=None, out=None):
+    """Console-script entry point (`psmm-score`); returns the exit status."""
+    args = _parser().parse_args(argv)
+    out = out or sys.stdout
+    if args.lines_per_request < 1:
+        print("psmm-score: --lines_per_request must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        lines = _read_lines(args.input)
+    except (OSError, UnicodeDecodeError) as err:
+        print(f"psmm-score: cannot read {args.input}: {err}", file=sys.stderr)
+        return 2
+    if not lines:
+        print(f"psmm-score: {args.input} holds no line to score", file=sys.stderr)
+        return 2
+    client = _client(args)
+    score = score_independent if args.independent else score_document
+    total, count = 0.0, 0
+    try:
+        for result in score(client, lines, args.lines_per_request):
+            total += result["log_likelihood"]
+            count += result["num_tokens"]
+            _write(result, args.format, out)
+    except ServingError as err:
+        print(f"psmm-score: {err}", file=sys.stderr)
+        return 1
+    _write({"total": {"num_tokens": count, "log_likelihood": total,
+                      "perplexity": math.exp(-total / count)}}, args.format, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

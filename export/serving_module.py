@@ -1,0 +1,286 @@
+"""The serving `tf.Module`: a trained language model and its vocabulary, with named signatures.
+
+Signatures (DESIGN.md section 5). `B` (batch) and `T` (time) are dynamic everywhere; inputs
+are declared with unknown rank and checked in the graph (`export.validation`), so a bad input
+is an InvalidArgumentError that names it. Every text is read as training reads a corpus file
+(`export.tokenization`): each line's words plus `<eos>`, and the first token is predicted
+after an `<eos>` (the start of a line). Ids follow the same convention: `token_ids` are the
+tokens to score; the model reads `[last_id, token_ids[:-1]]`.
+
+- `serving_default` = `score_text`: `texts` string `(B,)` -> `tokens` string `(B, T)` ("" in
+  padding), `token_ids` int32 `(B, T)`, `log_probs` float32 `(B, T)` (natural log, 0 in
+  padding), `gate` float32 `(B, T)` (the softmax's share; 0 in padding), `num_tokens` int32
+  `(B,)`, `log_likelihood` float32 `(B,)` and `perplexity` float32 `(B,)`.
+- `score`: `token_ids` int32 `(B, T)` (padding after `lengths` may hold any value), `lengths`
+  int32 `(B,)` in `[1, T]` -> the outputs of `score_text` without `tokens` and `token_ids`.
+- `score_text_stream`, `score_stream`: the same plus the carried state as inputs and outputs,
+  so a long document scored in pieces gives the same numbers as in one piece. State tensors:
+  `lstm_state` float32 `(B, num_layers, 2, H)` (`h`, `c` of each layer), `memory_hidden`
+  float32 `(B, M, H)`, `memory_ids` int32 `(B, M)`, `memory_mask` bool `(B, M)` (the last
+  `M = window_size - 1` hidden states, their tokens, and which exist), `last_id` int32 `(B,)`
+  (the last token read; `<eos>` at the start).
+- `initial_state`: `batch_size` int32 scalar -> the state of `B` fresh texts.
+- `predict_next`: `texts` string `(B,)` (contexts; the last line unfinished, "" allowed) and
+  `k` int32 scalar in `[1, V]` -> `top_words` string `(B, k)`, `top_ids` int32 `(B, k)` (ids
+  `>= V` are context words outside the vocabulary), `top_probs` float32 `(B, k)` from the full
+  mixture, `gate` float32 `(B,)`, and `pointer_words` string `(B, min(k, L))` with
+  `pointer_probs` float32: the words of the window ranked by the pointer's probability.
+"""
+
+import tensorflow as tf
+
+from export import STATE_NAMES, tokenization, validation
+from export.next_word import next_word
+from psmm_tf.data import Vocabulary
+
+_STATE_DTYPES = (tf.float32, tf.float32, tf.int32, tf.bool, tf.int32)
+_TEXTS = {"texts": tf.TensorSpec(None, tf.string)}
+_IDS = {"token_ids": tf.TensorSpec(None, tf.int32), "lengths": tf.TensorSpec(None, tf.int32)}
+_STATE = {name: tf.TensorSpec(None, dtype) for name, dtype in zip(STATE_NAMES, _STATE_DTYPES,
+                                                                   strict=True)}
+# Rank and meaning of every signature input (checked at run time; see export.validation).
+INPUT_RANKS = {
+    "texts": (1, "[batch_size]"), "token_ids": (2, "[batch_size, time]"),
+    "lengths": (1, "[batch_size]"), "lstm_state": (4, "[batch_size, num_layers, 2, hidden_dim]"),
+    "memory_hidden": (3, "[batch_size, memory_size, hidden_dim]"),
+    "memory_ids": (2, "[batch_size, memory_size]"), "memory_mask": (2, "[batch_size, memory_size]"),
+    "last_id": (1, "[batch_size]"), "k": (0, "a scalar"), "batch_size": (0, "a scalar"),
+}
+ENDPOINTS = {
+    "score_text": _TEXTS,
+    "score": _IDS,
+    "score_text_stream": {**_TEXTS, **_STATE},
+    "score_stream": {**_IDS, **_STATE},
+    "initial_state": {"batch_size": tf.TensorSpec(None, tf.int32)},
+    "predict_next": {**_TEXTS, "k": tf.TensorSpec(None, tf.int32)},
+}
+
+
+def _keyword_signature(endpoint):
+    """A `tf.function` taking the endpoint's inputs as keywords (the signature's form)."""
+
+    def signature(**inputs):
+        return endpoint(inputs)
+
+    return tf.function(signature, jit_compile=False)
+
+
+class _Untracked:
+    """Holds the Keras model out of the SavedModel's object graph (only its variables go in)."""
+
+    def __init__(self, model):
+        self.model = model
+
+
+class ServingModule(tf.Module):
+    """The serving endpoints of a language model and its vocabulary.
+
+    Each endpoint is a `tf.function` attribute taking one dict of named tensors (the form
+    `keras.layers.TFSMLayer` calls), and `signatures()` wraps them as keyword signatures.
+
+    Args:
+        model: a `psmm_tf.models.LanguageModel` with a full or exact-in-evaluation softmax.
+        vocabulary_file: str. The vocabulary (one token per line, line number = id) with
+            `<unk>` and `<eos>`; its size must be the model's `vocab_size`. It becomes an asset.
+    """
+
+    def __init__(self, model, vocabulary_file, name="psmm_serving"):
+        super().__init__(name=name)
+        vocabulary = Vocabulary.load(vocabulary_file)
+        if len(vocabulary) != model.vocab_size:
+            raise ValueError(f"The vocabulary {vocabulary_file} has {len(vocabulary)} tokens; "
+                             f"the model's vocab_size is {model.vocab_size}.")
+        if vocabulary.eos_id is None:
+            raise ValueError(f"The vocabulary {vocabulary_file} has no {tokenization.EOS_TOKEN}.")
+        self._held = _Untracked(model)
+        self.model_variables = list(model.variables)
+        self.vocab_size = model.vocab_size
+        self.num_layers, self.hidden_dim = model.num_layers, model.hidden_dim
+        self.window_size, self.memory_size = model.window_size, model.memory_size
+        self.unk_id, self.eos_id = vocabulary.unk_id, vocabulary.eos_id
+        line = tf.lookup.TextFileIndex.LINE_NUMBER
+        whole = tf.lookup.TextFileIndex.WHOLE_LINE
+        self.word_to_id = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(vocabulary_file, tf.string, whole, tf.int64, line), -1)
+        self.id_to_word = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(vocabulary_file, tf.int64, line, tf.string, whole), "")
+        for endpoint, spec in ENDPOINTS.items():
+            setattr(self, endpoint, tf.function(getattr(self, "_" + endpoint),
+                                                input_signature=[spec], jit_compile=False))
+
+    def signatures(self):
+        """The signature map for `tf.saved_model.save` (`serving_default` = `score_text`)."""
+        result = {}
+        for endpoint, spec in ENDPOINTS.items():
+            wrapper = _keyword_signature(getattr(self, endpoint))
+            result[endpoint] = wrapper.get_concrete_function(
+                **{name: tf.TensorSpec(None, s.dtype, name=name) for name, s in spec.items()})
+        result["serving_default"] = result["score_text"]
+        return result
+
+    # Endpoints (dict of named inputs -> dict of named outputs).
+
+    def _score_text(self, inputs):
+        outputs, _ = self._text_scores(self._validated(inputs))
+        return outputs
+
+    def _score_text_stream(self, inputs):
+        outputs, state = self._text_scores(self._validated(inputs))
+        return {**outputs, **state}
+
+    def _score(self, inputs):
+        inputs = self._validated(inputs)
+        outputs, _ = self._scores(inputs["token_ids"], inputs["lengths"], self._state(inputs))
+        return outputs
+
+    def _score_stream(self, inputs):
+        inputs = self._validated(inputs)
+        outputs, state = self._scores(inputs["token_ids"], inputs["lengths"],
+                                      self._state(inputs))
+        return {**outputs, **state}
+
+    def _initial_state(self, inputs):
+        return self._zero_state(self._validated(inputs)["batch_size"])
+
+    def _predict_next(self, inputs):
+        inputs = self._validated(inputs, allow_empty=True)
+        texts, k = inputs["texts"], inputs["k"]
+        tokens = tokenization.text_tokens(texts, finish_last_line=False)
+        eos = tf.fill([tf.shape(texts)[0], 1], tokenization.EOS_TOKEN)
+        words = tf.concat([tf.RaggedTensor.from_tensor(eos), tokens], axis=1)
+        lengths = tf.cast(words.row_lengths(), tf.int32)
+        words = words.to_tensor("")
+        vocab_ids = tf.cast(self.word_to_id.lookup(words), tf.int32)
+        mask = tf.sequence_mask(lengths, tf.shape(words)[1])
+        model_ids = tf.where(tf.logical_and(mask, vocab_ids >= 0), vocab_ids, self.unk_id)
+        outputs = self._held.model(model_ids, token_mask=mask, training=False)
+        result = next_word(outputs, words, tf.where(mask, vocab_ids, 0), lengths,
+                           self.window_size, self.vocab_size)
+        top_probs, top_ids = tf.math.top_k(result["distribution"], k)
+        top_ids = tf.cast(top_ids, tf.int32)
+        window_slot = tf.clip_by_value(top_ids - self.vocab_size, 0, self.window_size - 1)
+        top_words = tf.where(top_ids < self.vocab_size,
+                             self.id_to_word.lookup(tf.cast(top_ids, tf.int64)),
+                             tf.gather(result["window_words"], window_slot, batch_dims=1))
+        pointer_probs, slots = tf.math.top_k(result["window_mass"],
+                                             tf.minimum(k, self.window_size))
+        pointer_words = tf.gather(result["window_words"], slots, batch_dims=1)
+        return {"top_words": top_words, "top_ids": top_ids, "top_probs": top_probs,
+                "gate": result["gate"],
+                "pointer_words": tf.where(pointer_probs >= 0.0, pointer_words, ""),
+                "pointer_probs": tf.maximum(pointer_probs, 0.0)}
+
+    # Shared parts.
+
+    def _validated(self, inputs, allow_empty=False):
+        """The inputs after the staged checks of `export.validation`, with static ranks."""
+        inputs = validation.after_checks(inputs, lambda t: [
+            validation.rank_check(name, value, *INPUT_RANKS[name]) for name, value in t.items()])
+        inputs = {name: tf.ensure_shape(value, [None] * INPUT_RANKS[name][0])
+                  for name, value in inputs.items()}
+        if STATE_NAMES[0] in inputs or "lengths" in inputs:
+            inputs = validation.after_checks(inputs, self._shape_checks)
+        return validation.after_checks(inputs, lambda t: self._value_checks(t, allow_empty))
+
+    def _shape_checks(self, inputs):
+        batch_size = tf.shape(inputs["texts" if "texts" in inputs else "token_ids"])[0]
+        checks = []
+        if "lengths" in inputs:
+            checks.append(tf.debugging.assert_equal(
+                tf.size(inputs["lengths"]), batch_size,
+                message="`lengths` must hold one length per row of `token_ids`."))
+        if STATE_NAMES[0] in inputs:
+            layers, hidden, size = self.num_layers, self.hidden_dim, self.memory_size
+            expected = {
+                "lstm_state": ([batch_size, layers, 2, hidden],
+                               f"[batch_size, num_layers={layers}, 2, hidden_dim={hidden}]"),
+                "memory_hidden": ([batch_size, size, hidden],
+                                  f"[batch_size, memory_size={size}, hidden_dim={hidden}]"),
+                "memory_ids": ([batch_size, size], f"[batch_size, memory_size={size}]"),
+                "memory_mask": ([batch_size, size], f"[batch_size, memory_size={size}]"),
+                "last_id": ([batch_size], "[batch_size]"),
+            }
+            for name, (shape, meaning) in expected.items():
+                checks.append(validation.shape_check(
+                    name, inputs[name], shape,
+                    meaning + " (batch_size of the texts or token_ids)"))
+        return checks
+
+    def _value_checks(self, inputs, allow_empty):
+        checks = []
+        if "texts" in inputs:
+            checks += validation.text_checks("texts", inputs["texts"], allow_empty)
+        if "token_ids" in inputs:
+            time = tf.shape(inputs["token_ids"])[1]
+            checks += validation.lengths_checks("lengths", inputs["lengths"], "token_ids", time)
+            mask = tf.sequence_mask(inputs["lengths"], time)
+            checks.append(validation.ids_check("token_ids", inputs["token_ids"],
+                                               self.vocab_size, mask))
+        for name in ("memory_ids", "last_id"):
+            if name in inputs:
+                checks.append(validation.ids_check(name, inputs[name], self.vocab_size))
+        if "k" in inputs:
+            checks.append(validation.range_check("k", inputs["k"], 1, self.vocab_size))
+        if "batch_size" in inputs:
+            checks.append(validation.range_check("batch_size", inputs["batch_size"], 0,
+                                                 2**31 - 1))
+        return checks
+
+    def _state(self, inputs):
+        """The carried state among the (validated) inputs, or the zero state."""
+        if STATE_NAMES[0] not in inputs:
+            batch = tf.shape(inputs["texts" if "texts" in inputs else "token_ids"])[0]
+            return self._zero_state(batch)
+        return {name: inputs[name] for name in STATE_NAMES}
+
+    def _text_scores(self, inputs):
+        tokens = tokenization.text_tokens(inputs["texts"], finish_last_line=True)
+        lengths = tf.cast(tokens.row_lengths(), tf.int32)
+        tokens = tokens.to_tensor("")
+        token_ids = tf.cast(self.word_to_id.lookup(tokens), tf.int32)
+        token_ids = tf.where(token_ids >= 0, token_ids, self.unk_id)
+        outputs, state = self._scores(token_ids, lengths, self._state(inputs))
+        mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1])
+        return {"tokens": tokens, "token_ids": tf.where(mask, token_ids, 0), **outputs}, state
+
+    def _scores(self, token_ids, lengths, state):
+        """Scores of `token_ids` `(B, T)` (valid ids, `lengths` in `[1, T]`) and the new state."""
+        mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1])
+        token_ids = tf.where(mask, token_ids, 0)  # padding may hold any value
+        inputs = tf.concat([state["last_id"][:, None], token_ids[:, :-1]], axis=1)
+        layers = tf.unstack(state["lstm_state"], num=self.num_layers, axis=1)
+        lstm_state = tuple((layer[:, 0], layer[:, 1]) for layer in layers)
+        memory = {"hidden": state["memory_hidden"], "token_ids": state["memory_ids"],
+                  "mask": state["memory_mask"]}
+        model = self._held.model
+        outputs = model(inputs, token_mask=mask, state=lstm_state, memory=memory,
+                        training=False)
+        log_probs = tf.where(mask, model.log_prob(outputs, token_ids), 0.0)
+        gate = tf.where(mask, outputs["gate"], 0.0) if "gate" in outputs else (
+            tf.cast(mask, tf.float32))
+        log_likelihood = tf.reduce_sum(log_probs, axis=1)
+        scores = {"log_probs": log_probs, "gate": gate, "num_tokens": lengths,
+                  "log_likelihood": log_likelihood,
+                  "perplexity": tf.exp(-log_likelihood / tf.cast(lengths, tf.float32))}
+        new_state = {
+            "lstm_state": tf.stack([tf.stack(pair, axis=1) for pair in outputs["state"]], axis=1),
+            "last_id": tf.gather(token_ids, lengths - 1, batch_dims=1),
+        }
+        # The model keeps the last M keys of the padded window; a padded row needs the last M
+        # keys before its own end, or its next piece would lose real keys to padding slots.
+        slots = lengths[:, None] + tf.range(self.memory_size)[None, :]
+        for name, new in (("hidden", outputs["hidden"]), ("ids", inputs), ("mask", mask)):
+            keys = tf.concat([state["memory_" + name], tf.cast(new, state["memory_" + name].dtype)],
+                             axis=1)
+            new_state["memory_" + name] = tf.gather(keys, slots, batch_dims=1)
+        return scores, new_state
+
+    def _zero_state(self, batch_size):
+        lstm = tf.zeros([batch_size, self.num_layers, 2, self.hidden_dim])
+        return {
+            "lstm_state": lstm,
+            "memory_hidden": tf.zeros([batch_size, self.memory_size, self.hidden_dim]),
+            "memory_ids": tf.zeros([batch_size, self.memory_size], tf.int32),
+            "memory_mask": tf.zeros([batch_size, self.memory_size], tf.bool),
+            "last_id": tf.fill([batch_size], self.eos_id),
+        }

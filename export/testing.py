@@ -1,0 +1,178 @@
+"""Test helpers of the export package: a tiny model with its vocabulary, and local servers.
+
+`RestServer` and `GrpcServer` stand in for TF Serving (whose binary is not available here):
+they answer `/v1/models/NAME:predict` (JSON, columnar `inputs`/`outputs`) and
+`PredictionService.Predict` with a SavedModel loaded in this process, on 127.0.0.1 only, with a
+bounded number and size of requests.
+"""
+
+import atexit
+import functools
+import http.server
+import json
+import os
+import shutil
+import tempfile
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from export.clients import ServingError
+
+WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "house",
+         "and", "of", "in", "it", "was", "big", "red", "small", "tree", "bird", "saw", "his"]
+
+
+def write_vocabulary(path, words=WORDS):
+    """Writes a vocabulary file (one token per line) and returns its path."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(word + "\n" for word in words))
+    return path
+
+
+def tiny_model(vocab_size=None, kind="psmm", seed=3):
+    """The `tiny` preset's model (window 8, 2x16) with random weights; returns (model, config)."""
+    from psmm_tf.configs import get_preset
+    from psmm_tf.models import build_model
+
+    preset = get_preset("tiny")
+    vocab_size = len(WORDS) if vocab_size is None else vocab_size
+    config = preset.replace(model={"vocab_size": vocab_size, "kind": kind, "seed": seed})
+    model = build_model(config.model)
+    # Random but not symmetric: a larger sentinel spread makes the gate vary between tokens.
+    for variable in model.variables:
+        if "sentinel" in variable.path:
+            variable.assign(tf.random.stateless_normal(variable.shape, [seed, 1]))
+    return model, config
+
+
+@functools.lru_cache(maxsize=None)
+def shared_export():
+    """One export of `tiny_model()` per test process: `(model, vocabulary_file, export_dir)`.
+
+    Tests must not change the model or the files; the folder is removed at exit.
+    """
+    from export.export_saved_model import export
+
+    folder = tempfile.mkdtemp(prefix="psmm-export-test-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    vocabulary_file = write_vocabulary(os.path.join(folder, "vocab.txt"))
+    model, _ = tiny_model()
+    return model, vocabulary_file, export(model, vocabulary_file, os.path.join(folder, "base"))
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    max_body = 8 << 20
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        server = self.server
+        prefix = f"/v1/models/{server.model_name}"
+        if not (self.path.startswith(prefix) and self.path.endswith(":predict")):
+            return self._reply(404, {"error": f"Unknown path {self.path}"})
+        length = int(self.headers.get("Content-Length", 0))
+        if length > self.max_body:
+            return self._reply(413, {"error": "Request too large."})
+        try:
+            body = json.loads(self.rfile.read(length).decode("utf-8"))
+            signature = body.get("signature_name", "serving_default")
+            outputs = server.client.predict(signature, body["inputs"])
+        except (ServingError, KeyError, ValueError, TypeError) as err:
+            return self._reply(400, {"error": str(err)})
+        server.requests += 1
+        self._reply(200, {"outputs": {k: np.asarray(v).tolist() for k, v in outputs.items()}})
+
+    def _reply(self, code, payload):
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+class RestServer:
+    """A TF Serving-like REST endpoint on 127.0.0.1 for at most `max_requests` requests.
+
+    Use as a context manager; `url` is e.g. "http://127.0.0.1:43121".
+    """
+
+    def __init__(self, client, model_name="psmm", max_requests=100):
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.timeout = 30
+        self.httpd.client, self.httpd.model_name, self.httpd.requests = client, model_name, 0
+        self.max_requests = max_requests
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        for _ in range(self.max_requests):
+            self.httpd.handle_request()
+            if self.stopping:
+                break
+
+    def __enter__(self):
+        self.stopping = False
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopping = True
+        if self.thread.is_alive():  # wake handle_request() with one last request
+            try:
+                import urllib.request
+                urllib.request.urlopen(self.url, timeout=5)
+            except Exception:  # noqa: BLE001 (404 or a closed socket both end the loop)
+                pass
+        self.thread.join(timeout=10)
+        self.httpd.server_close()
+
+
+class GrpcServer:
+    """`PredictionService.Predict` on 127.0.0.1 answered by `client` (a `LocalClient`)."""
+
+    def __init__(self, client, model_name="psmm"):
+        from concurrent import futures
+
+        import grpc
+        from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+        class Servicer(prediction_service_pb2_grpc.PredictionServiceServicer):
+            def Predict(self, request, context):  # noqa: N802 (gRPC's naming)
+                if request.model_spec.name != model_name:
+                    context.abort(grpc.StatusCode.NOT_FOUND, f"No model {request.model_spec.name}")
+                inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+                try:
+                    outputs = client.predict(request.model_spec.signature_name
+                                             or "serving_default", inputs)
+                except ServingError as err:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+                response = predict_pb2.PredictResponse()
+                for name, value in outputs.items():
+                    response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
+                return response
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                                  options=[("grpc.max_receive_message_length", 8 << 20)])
+        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Servicer(),
+                                                                            self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.target = f"127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(grace=None).wait(10)
+
+
+def file_listing(path):
+    """Every file below `path`, relative to it, sorted."""
+    found = []
+    for root, _, files in os.walk(path):
+        found += [os.path.relpath(os.path.join(root, f), path) for f in files]
+    return sorted(found)

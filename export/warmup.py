@@ -1,0 +1,84 @@
+"""TF Serving warmup requests: `assets.extra/tf_serving_warmup_requests` of an export.
+
+TF Serving replays these `PredictionLog` records when it loads a version, before it reports the
+version available, so the first real requests do not pay for graph optimisation and memory
+allocation. The requests cover every signature at two batch sizes and two lengths.
+"""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+
+
+def sample_texts(tokens, batch_size, num_words, seed=0):
+    """`batch_size` texts of `num_words` vocabulary words (no `<unk>`/`<eos>`) each."""
+    words = [t for t in tokens if t not in ("<unk>", "<eos>")] or ["<unk>"]
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(words, size=num_words)) for _ in range(batch_size)]
+
+
+def zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id):
+    """The state inputs of the stream signatures for `batch_size` fresh texts (numpy)."""
+    return {
+        "lstm_state": np.zeros([batch_size, num_layers, 2, hidden_dim], np.float32),
+        "memory_hidden": np.zeros([batch_size, memory_size, hidden_dim], np.float32),
+        "memory_ids": np.zeros([batch_size, memory_size], np.int32),
+        "memory_mask": np.zeros([batch_size, memory_size], bool),
+        "last_id": np.full([batch_size], eos_id, np.int32),
+    }
+
+
+def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id):
+    """`(signature_name, inputs)` pairs: every signature at batch sizes 1 and 8.
+
+    Args:
+        tokens: sequence of str. The vocabulary.
+        num_layers, hidden_dim, memory_size: the model's state sizes.
+        eos_id: int. The id of `<eos>`.
+
+    Returns:
+        list of `(str, dict of numpy arrays)`.
+    """
+    requests = []
+    for batch_size, num_words in ((1, 20), (8, 60)):
+        texts = np.array(sample_texts(tokens, batch_size, num_words, seed=batch_size), object)
+        ids = np.random.default_rng(batch_size).integers(
+            0, len(tokens), size=(batch_size, num_words)).astype(np.int32)
+        lengths = np.full([batch_size], num_words, np.int32)
+        state = zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id)
+        requests += [
+            ("serving_default", {"texts": texts}),
+            ("score", {"token_ids": ids, "lengths": lengths}),
+            ("score_text_stream", {"texts": texts, **state}),
+            ("score_stream", {"token_ids": ids, "lengths": lengths, **state}),
+            ("predict_next", {"texts": texts, "k": np.array(10, np.int32)}),
+            ("initial_state", {"batch_size": np.array(batch_size, np.int32)}),
+        ]
+    return requests
+
+
+def prediction_log(model_name, signature_name, inputs):
+    """A `PredictionLog` holding one `PredictRequest`."""
+    request = predict_pb2.PredictRequest(
+        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name))
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    return prediction_log_pb2.PredictionLog(
+        predict_log=prediction_log_pb2.PredictLog(request=request))
+
+
+def write_warmup_file(path, model_name, requests):
+    """Writes `(signature_name, inputs)` pairs as a TFRecord file of `PredictionLog`s."""
+    with tf.io.TFRecordWriter(path) as writer:
+        for signature_name, inputs in requests:
+            writer.write(prediction_log(model_name, signature_name, inputs).SerializeToString())
+
+
+def read_warmup_file(path):
+    """The `PredictionLog`s of a warmup file."""
+    logs = []
+    for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+        logs.append(prediction_log_pb2.PredictionLog.FromString(record))
+    return logs
