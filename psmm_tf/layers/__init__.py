@@ -4,8 +4,8 @@ from psmm_tf.layers.cnn_softmax import CNNSoftmax
 from psmm_tf.layers.input_output_gate import InputOutputGate
 from psmm_tf.layers.locked_dropout import LockedDropout
 from psmm_tf.layers.mixture import (
-    mixture_distribution,
     checked_ids,
+    mixture_distribution,
     mixture_log_prob,
     mixture_log_prob_from_vocab,
     pointer_loss,

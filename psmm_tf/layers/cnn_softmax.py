@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.layers.mixture import checked_ids
+from psmm_tf.layers.random_state import checkpointed_seed_generator
 from psmm_tf.layers.sampled_softmax import log_uniform_sample, sampled_target_log_prob
 
 # Character ids: 0 padding, 1 begin of word, 2 end of word, 3 + b for UTF-8 byte b.
@@ -71,16 +72,22 @@ class CNNSoftmax(keras.layers.Layer):
         self.filters = tuple(tuple(f) for f in filters)
         self.correction_dim = correction_dim
         self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.seed_generator = checkpointed_seed_generator(self, seed)
         self.char_embedding = keras.layers.Embedding(NUM_CHARACTER_IDS, char_embedding_dim,
                                                      name="char_embedding")
-        self.convolutions = [keras.layers.Conv1D(count, width, activation="tanh",
-                                                 name=f"conv_{width}")
-                             for width, count in self.filters]
+        # Attributes, not a list: tf.train.Checkpoint does not see layers in Keras 3 lists.
+        for i, (width, count) in enumerate(self.filters):
+            setattr(self, f"conv_{i}", keras.layers.Conv1D(count, width, activation="tanh",
+                                                           name=f"conv_{width}"))
         width = sum(count for _, count in self.filters)
         self.highway_transform = keras.layers.Dense(width, activation="relu", name="highway")
         self.highway_gate = keras.layers.Dense(width, activation="sigmoid", name="highway_gate")
         self.projection = keras.layers.Dense(output_dim, use_bias=False, name="projection")
+
+    @property
+    def convolutions(self):
+        """One convolution per `(width, count)` of `filters`."""
+        return [getattr(self, f"conv_{i}") for i in range(len(self.filters))]
 
     def build(self, input_shape=None):
         self.characters = self.add_weight(

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from psmm_tf.layers.random_state import checkpointed_seed_generator
+
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class InputOutputGate(keras.layers.Layer):
@@ -38,7 +40,7 @@ class InputOutputGate(keras.layers.Layer):
         self.dropout = dropout
         self.seed = seed
         self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding")
-        self.dropout_layer = keras.layers.Dropout(dropout, seed=seed, name="dropout")
+        self.seed_generator = checkpointed_seed_generator(self, seed)
         self.projection = keras.layers.Dense(
             vocab_size, activation="sigmoid", name="projection",
             kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
@@ -50,8 +52,9 @@ class InputOutputGate(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, training=False):
-        embedded = self.dropout_layer(self.embedding(ops.cast(token_ids, "int32")),
-                                      training=training)
+        embedded = self.embedding(ops.cast(token_ids, "int32"))
+        if training and self.dropout > 0.0:
+            embedded = keras.random.dropout(embedded, self.dropout, seed=self.seed_generator)
         return self.projection(embedded)
 
     def get_config(self):

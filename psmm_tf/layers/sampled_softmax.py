@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from psmm_tf.layers.mixture import checked_ids
+from psmm_tf.layers.random_state import checkpointed_seed_generator
 
 _NEGATIVE = -1e30
 
@@ -88,7 +89,7 @@ class SampledSoftmax(keras.layers.Dense):
         self.vocab_size = vocab_size
         self.num_sampled = num_sampled
         self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.seed_generator = checkpointed_seed_generator(self, seed)
 
     def sampled_log_prob(self, hidden, targets):
         """Estimate of `log p_vocab(targets)` from a fresh sample: float32 `(B, T)`."""

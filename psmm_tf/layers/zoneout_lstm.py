@@ -4,6 +4,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from psmm_tf.layers.random_state import checkpointed_seed_generator
+
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class ZoneoutLSTM(keras.layers.Layer):
@@ -58,7 +60,7 @@ class ZoneoutLSTM(keras.layers.Layer):
         self.seed = seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.seed_generator = checkpointed_seed_generator(self, seed)
 
     def build(self, input_shape):
         units = self.units

@@ -57,7 +57,9 @@ class LSTMBackbone(keras.layers.Layer):
             embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1, seed=sub_seed(0)),
             name="embedding",
         )
-        self.lstm_layers = [
+        # Each sub-layer is an attribute of its own: tf.train.Checkpoint does not see layers
+        # that Keras 3 keeps in a list, so a checkpoint would miss them and their RNG states.
+        lstm_layers = [
             ZoneoutLSTM(
                 hidden_dim, zoneout=zoneout, seed=sub_seed(10 + i),
                 kernel_initializer=keras.initializers.GlorotUniform(seed=sub_seed(20 + i)),
@@ -67,10 +69,24 @@ class LSTMBackbone(keras.layers.Layer):
             for i in range(num_layers)
         ]
         rates = [input_dropout] + [hidden_dropout] * (num_layers - 1) + [output_dropout]
-        self.dropouts = [
+        dropouts = [
             LockedDropout(rate, seed=sub_seed(40 + i), name=f"locked_dropout_{i}")
             for i, rate in enumerate(rates)
         ]
+        for i, layer in enumerate(lstm_layers):
+            setattr(self, f"lstm_{i}", layer)
+        for i, layer in enumerate(dropouts):
+            setattr(self, f"locked_dropout_{i}", layer)
+
+    @property
+    def lstm_layers(self):
+        """The LSTM layers, bottom first."""
+        return [getattr(self, f"lstm_{i}") for i in range(self.num_layers)]
+
+    @property
+    def dropouts(self):
+        """Locked dropout on the input of each LSTM layer, then on the last one's output."""
+        return [getattr(self, f"locked_dropout_{i}") for i in range(self.num_layers + 1)]
 
     def build(self, input_shape=None):
         self.embedding.build((None, None))

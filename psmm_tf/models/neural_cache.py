@@ -109,9 +109,10 @@ def cache_grid_search(model, windows, thetas, lambdas, window=100):
                                   state, memory, cache_state, thetas=thetas)
         state, memory, cache_state = out["state"], out["memory"], out["cache"]
         weights = tf.cast(batch["target_weights"], tf.float32)
+        # Log-probabilities for every (theta, lambda): [G, Λ, B, T].
         log_probs = neural_cache.interpolate(
             out["model_log_probs"][None, None], out["cache_probs"][:, None],
-            out["has_history"], tf.constant(lambdas, tf.float32)[None, :, None, None])  # [G, Λ, B, T]
+            out["has_history"], tf.constant(lambdas, tf.float32)[None, :, None, None])
         totals += tf.reduce_sum(log_probs * weights, axis=[2, 3]).numpy()
         count += float(tf.reduce_sum(weights))
     if count == 0:

@@ -1,0 +1,46 @@
+"""tf.train.Checkpoint(model=...) must hold every variable of every model, RNG states included."""
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from psmm_tf import testing
+from psmm_tf.models import InputOutputGateLM, LSTMLanguageModel, PointerSentinelLM
+
+
+def _model(cls, softmax="full"):
+    model = cls(vocab_size=12, embedding_dim=4, hidden_dim=4, num_layers=2, window_size=3,
+                zoneout=0.2, seed=1, softmax=softmax, max_word_length=5)
+    model.set_vocabulary([f"w{i}" for i in range(12)])
+    return model
+
+
+class CheckpointTest(testing.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("psmm", PointerSentinelLM, "full"), ("lstm", LSTMLanguageModel, "full"),
+        ("psmm_cnn", PointerSentinelLM, "cnn"), ("psmm_sampled", PointerSentinelLM, "sampled"),
+    )
+    def test_checkpoint_under_model_restores_every_variable(self, cls, softmax):
+        model = _model(cls, softmax)
+        text = self.rng.integers(0, 12, size=(2, 6)).astype("int32")
+        model(text, targets=text, training=True)  # advances the RNG states
+        path = tf.train.Checkpoint(model=model).save(self.get_temp_dir() + "/ckpt")
+        saved = {name for name, _ in tf.train.list_variables(path)}
+        self.assertEqual(len([n for n in saved if n.startswith("model/")]),
+                         len(model.variables), sorted(saved))
+        clone = _model(cls, softmax)
+        tf.train.Checkpoint(model=clone).restore(path).assert_existing_objects_matched()
+        for original, restored in zip(model.variables, clone.variables):
+            self.assertAllEqual(original.numpy(), restored.numpy(), original.path)
+
+    def test_input_output_gate_checkpoint(self):
+        model = InputOutputGateLM(_model(PointerSentinelLM), embedding_dim=3, seed=1)
+        path = tf.train.Checkpoint(model=model).save(self.get_temp_dir() + "/iog")
+        saved = [n for n, _ in tf.train.list_variables(path) if n.startswith("model/")]
+        self.assertEqual(len(saved), len(model.variables))
+        self.assertTrue(np.all([v.shape is not None for v in model.variables]))
+
+
+if __name__ == "__main__":
+    tf.test.main()
