@@ -118,8 +118,8 @@ class SyntheticRunTest(tf.test.TestCase):
 
 
 class ModelKeyTest(tf.test.TestCase):
-    @unittest.expectedFailure  # Keras 3.15: layers in a list are outside the TF object graph.
     def test_the_model_key_alone_restores_every_weight(self):
+        # The contract export code relies on: `model` alone gives back the trained model.
         workdir = self.get_temp_dir() + "/model_key"
         train_lib.run(tiny_config(steps_per_epoch=2, max_eval_tokens=40), workdir, verbose=0)
         stored = ExperimentConfig.from_json(open(workdir + "/config.json").read())

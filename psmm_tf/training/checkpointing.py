@@ -16,9 +16,8 @@ A checkpoint holds, under these keys:
     schedule    `PlateauSchedule`: learning rate, best / previous perplexity, bad epochs
     progress    epoch, step within it (the next window to read), global step
     carry       the LSTM state and pointer memory carried into that next window, global rows
-    rng         the state of every dropout / zoneout `SeedGenerator` of the model
-    weights     every model weight in `model.weights` order (see `ModelWeights`: the `model`
-                key misses the LSTM layers with Keras 3.15; `restore_model_weights` uses both)
+    rng         the state of every dropout / zoneout `SeedGenerator` of the model (also under
+                `model` since the layers hold it; kept explicit so a resume never depends on it)
 `CheckpointManager.save` writes the files first and then updates the `checkpoint` index, so a
 kill mid-write leaves the previous checkpoint as the latest.
 """
@@ -38,9 +37,10 @@ TENSORBOARD_DIR = "tensorboard"
 def seed_generator_states(model):
     """The state variables of the model's `keras.random.SeedGenerator`s, in a stable order.
 
-    Keras layers keep their seed generators outside the trackable object graph, so
-    `tf.train.Checkpoint(model=model)` alone does not save them; a resumed run would draw other
-    dropout and zoneout masks than an uninterrupted one.
+    Keras keeps seed generators outside the trackable object graph (the package's layers now
+    also hold their states in a `tf.Module`); without them a resumed run would draw other
+    dropout and zoneout masks than an uninterrupted one, so the run's checkpoint tracks them
+    explicitly under `rng`.
     """
     return [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
 
@@ -106,19 +106,6 @@ class Carry(tf.Module):
         return state, memory
 
 
-class ModelWeights(tf.Module):
-    """Holds every weight of the model (in `model.weights` order) under one checkpoint key.
-
-    With Keras 3.15, `tf.train.Checkpoint(model=model)` does not reach layers kept in a Python
-    list (the backbone's LSTM layers): their weights are neither saved nor restored under
-    `model`. This key holds all of them, so `restore_model_weights` restores a complete model.
-    """
-
-    def __init__(self, variables):
-        super().__init__(name="weights")
-        self.variables_list = list(variables)
-
-
 class RngState(tf.Module):
     """Holds the seed-generator state variables so a checkpoint tracks them."""
 
@@ -131,8 +118,7 @@ def make_checkpoint(model, optimizer, schedule, progress, carry):
     """The `tf.train.Checkpoint` of a run, with the keys listed in this module's docstring."""
     return tf.train.Checkpoint(model=model, optimizer=optimizer, schedule=schedule,
                                progress=progress, carry=carry,
-                               rng=RngState(seed_generator_states(model)),
-                               weights=ModelWeights(model.weights))
+                               rng=RngState(seed_generator_states(model)))
 
 
 def make_manager(checkpoint, directory, max_to_keep):
@@ -149,6 +135,5 @@ def restore_model_weights(model, directory):
     """
     path = tf.train.latest_checkpoint(directory)
     if path is not None:
-        checkpoint = tf.train.Checkpoint(model=model, weights=ModelWeights(model.weights))
-        checkpoint.restore(path).expect_partial()
+        tf.train.Checkpoint(model=model).restore(path).expect_partial()
     return path
