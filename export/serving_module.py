@@ -93,7 +93,9 @@ class ServingModule(tf.Module):
         if vocabulary.eos_id is None:
             raise ValueError(f"The vocabulary {vocabulary_file} has no {tokenization.EOS_TOKEN}.")
         self._held = _Untracked(model)
-        self.model_variables = list(model.variables)
+        # The tf.Variables under the Keras variables: tracking the Keras wrappers writes every
+        # variable twice into the graph, and a TF1 session (TF Serving) restores only one copy.
+        self.model_variables = [getattr(v, "value", v) for v in model.variables]
         self.vocab_size = model.vocab_size
         self.num_layers, self.hidden_dim = model.num_layers, model.hidden_dim
         self.window_size, self.memory_size = model.window_size, model.memory_size
