@@ -66,8 +66,15 @@ class LocalClient:
         try:
             outputs = self.model.signatures[signature_name](**tensors)
         except tf.errors.InvalidArgumentError as err:
-            raise ServingError(err.message) from None
+            raise ServingError(_short_message(err.message)) from None
         return {name: _decoded(value.numpy()) for name, value in outputs.items()}
+
+
+def _short_message(message):
+    """The failed assertions of a TensorFlow error message (or all of it), without stacks."""
+    failed = [line.strip() for line in message.splitlines()
+              if line.strip().startswith("assertion failed:")]
+    return "\n".join(failed) if failed else message
 
 
 def _as_array(name, value, dtype):

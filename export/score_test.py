@@ -1,0 +1,131 @@
+"""Tests of `psmm-score`: locally, over REST and over gRPC (local stand-ins for TF Serving)."""
+
+import io
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from unittest import mock
+
+import numpy as np
+import tensorflow as tf
+
+from export import score, testing
+from export.clients import GrpcClient, LocalClient, RestClient, ServingError
+
+LINES = ["the cat sat on the mat", "", "a zebra saw the cat", "the cat ran to the zebra",
+         "his dog was big and red", "it saw a bird in the tree"]
+
+
+def run_cli(argv):
+    """Runs `psmm-score`; returns (exit status, stdout)."""
+    out = io.StringIO()
+    return score.main(argv, out=out), out.getvalue()
+
+
+def json_results(text):
+    rows = [json.loads(line) for line in text.splitlines()]
+    return rows[:-1], rows[-1]["total"]
+
+
+class ScoreTest(tf.test.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tmp = tempfile.mkdtemp()
+        cls.base = os.path.dirname(testing.shared_export()[2])
+        cls.input = os.path.join(cls.tmp, "input.txt")
+        with open(cls.input, "w", encoding="utf-8") as f:
+            f.write("\n".join(LINES) + "\n")
+        cls.client = LocalClient(cls.base)
+        # The reference: the whole file as one text through serving_default.
+        cls.whole = cls.client.predict("serving_default", {"texts": ["\n".join(LINES)]})
+        _, cls.local_json = run_cli(["--model", cls.base, "--input", cls.input,
+                                     "--format", "json", "--lines_per_request", "2"])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().tearDownClass()
+
+    def assert_matches_whole(self, output):
+        lines, total = json_results(output)
+        self.assertLen(lines, len(LINES))
+        self.assertEqual([r["line"] for r in lines], list(range(1, len(LINES) + 1)))
+        count = int(self.whole["num_tokens"][0])
+        tokens = [t for r in lines for t in r["tokens"]]
+        self.assertEqual(tokens, list(self.whole["tokens"][0][:count]))
+        log_probs = [p for r in lines for p in r["log_probs"]]
+        self.assertAllClose(log_probs, self.whole["log_probs"][0][:count], atol=1e-5)
+        gate = [g for r in lines for g in r["gate"]]
+        self.assertAllClose(gate, self.whole["gate"][0][:count], atol=1e-5)
+        self.assertEqual(total["num_tokens"], count)
+        self.assertAllClose(total["perplexity"], self.whole["perplexity"][0], rtol=1e-5)
+
+    def test_local_document_in_chunks_equals_the_whole_text(self):
+        self.assert_matches_whole(self.local_json)
+        self.assertEqual(json_results(self.local_json)[0][1]["tokens"], ["<eos>"])  # blank line
+
+    def test_text_format_and_stdin(self):
+        stdin = io.TextIOWrapper(io.BytesIO(("\n".join(LINES[:3]) + "\n").encode()))
+        with mock.patch.object(sys, "stdin", stdin):
+            status, output = run_cli(["--model", self.base])
+        self.assertEqual(status, 0)
+        rows = output.splitlines()
+        self.assertEqual(rows[0].split("\t")[0], "the")
+        self.assertRegex(rows[7], r"^# line 1: perplexity [0-9.]+ \(7 tokens\)$")
+        self.assertRegex(rows[-1], r"^# total: perplexity [0-9.]+ \(14 tokens, log-likelihood")
+        first = [float(r.split("\t")[1]) for r in rows[:7]]
+        self.assertAllClose(first, self.whole["log_probs"][0][:7], atol=1e-5)
+
+    def test_independent_lines(self):
+        status, output = run_cli(["--model", self.base, "--input", self.input, "--format",
+                                  "json", "--independent"])
+        self.assertEqual(status, 0)
+        lines, _ = json_results(output)
+        alone = self.client.predict("serving_default", {"texts": [LINES[3]]})
+        self.assertAllClose(lines[3]["perplexity"], alone["perplexity"][0], rtol=1e-5)
+        # Not the same as in the document: the line's history is missing.
+        in_document = json_results(self.local_json)[0][3]["perplexity"]
+        self.assertNotAllClose(lines[3]["perplexity"], in_document, rtol=1e-3)
+
+    def test_rest(self):
+        with testing.RestServer(self.client) as server:
+            status, output = run_cli(["--rest", server.url, "--model_name", "psmm", "--input",
+                                      self.input, "--format", "json",
+                                      "--lines_per_request", "2"])
+            self.assertEqual(status, 0)
+            self.assert_matches_whole(output)
+            with self.assertRaisesRegex(ServingError, r"HTTP 400.*`token_ids` holds a token id"):
+                RestClient(server.url, "psmm").predict(
+                    "score", {"token_ids": [[2, 99]], "lengths": [2]})
+            with self.assertRaisesRegex(ServingError, r"HTTP 404"):
+                RestClient(server.url, "other").predict("serving_default", {"texts": ["a"]})
+
+    def test_grpc(self):
+        with testing.GrpcServer(self.client) as server:
+            status, output = run_cli(["--grpc", server.target, "--input", self.input,
+                                      "--format", "json", "--lines_per_request", "4"])
+            self.assertEqual(status, 0)
+            self.assert_matches_whole(output)
+            client = GrpcClient(server.target, "psmm")
+            with self.assertRaisesRegex(ServingError,
+                                        r"INVALID_ARGUMENT.*`lengths` must be <= the time"):
+                client.predict("score", {"token_ids": [[2, 3]], "lengths": [5]})
+            client.close()
+
+    def test_errors_give_an_exit_status(self):
+        empty = os.path.join(self.tmp, "empty.txt")
+        open(empty, "w").close()
+        self.assertEqual(run_cli(["--model", self.base, "--input", empty])[0], 2)
+        self.assertEqual(run_cli(["--model", self.base, "--input", self.tmp + "/none"])[0], 2)
+        with self.assertRaises(SystemExit):  # argparse: --model, --rest or --grpc is required
+            run_cli(["--input", self.input])
+
+    def test_perplexity_is_exp_of_mean_negative_log_prob(self):
+        lines, total = json_results(self.local_json)
+        log_probs = [p for r in lines for p in r["log_probs"]]
+        self.assertAllClose(total["perplexity"], math.exp(-np.mean(log_probs)), rtol=1e-6)
