@@ -85,3 +85,30 @@ def next_word(outputs, words, vocab_ids, lengths, window_size, vocab_size):
         "window_ids": window_ids,
         "window_mass": tf.where(is_first, mass, -1.0),
     }
+
+
+def top_words(result, k, id_to_word, vocab_size, window_size):
+    """The `predict_next` outputs: the `k` most probable words and the pointer's favourites.
+
+    Args:
+        result: the dict of `next_word`.
+        k: int32 scalar in `[1, V]`.
+        id_to_word: a lookup table from int64 vocabulary ids to words.
+        vocab_size, window_size: ints `V` and `L`.
+
+    Returns:
+        A dict with `top_words` string `(B, k)`, `top_ids` int32 `(B, k)` (extended ids),
+        `top_probs` float32 `(B, k)`, `gate` `(B,)`, and `pointer_words` string and
+        `pointer_probs` float32 `(B, min(k, L))` ("" and 0 past the window's distinct words).
+    """
+    top_probs, top_ids = tf.math.top_k(result["distribution"], k)
+    top_ids = tf.cast(top_ids, tf.int32)
+    window_slot = tf.clip_by_value(top_ids - vocab_size, 0, window_size - 1)
+    words = tf.where(top_ids < vocab_size, id_to_word.lookup(tf.cast(top_ids, tf.int64)),
+                     tf.gather(result["window_words"], window_slot, batch_dims=1))
+    pointer_probs, slots = tf.math.top_k(result["window_mass"], tf.minimum(k, window_size))
+    pointer_words = tf.gather(result["window_words"], slots, batch_dims=1)
+    return {"top_words": words, "top_ids": top_ids, "top_probs": top_probs,
+            "gate": result["gate"],
+            "pointer_words": tf.where(pointer_probs >= 0.0, pointer_words, ""),
+            "pointer_probs": tf.maximum(pointer_probs, 0.0)}

@@ -30,7 +30,7 @@ tokens to score; the model reads `[last_id, token_ids[:-1]]`.
 import tensorflow as tf
 
 from export import STATE_NAMES, tokenization, validation
-from export.next_word import next_word
+from export.next_word import next_word, top_words
 from psmm_tf.data import Vocabulary
 
 _STATE_DTYPES = (tf.float32, tf.float32, tf.int32, tf.bool, tf.int32)
@@ -158,19 +158,7 @@ class ServingModule(tf.Module):
         outputs = self._held.model(model_ids, token_mask=mask, training=False)
         result = next_word(outputs, words, tf.where(mask, vocab_ids, 0), lengths,
                            self.window_size, self.vocab_size)
-        top_probs, top_ids = tf.math.top_k(result["distribution"], k)
-        top_ids = tf.cast(top_ids, tf.int32)
-        window_slot = tf.clip_by_value(top_ids - self.vocab_size, 0, self.window_size - 1)
-        top_words = tf.where(top_ids < self.vocab_size,
-                             self.id_to_word.lookup(tf.cast(top_ids, tf.int64)),
-                             tf.gather(result["window_words"], window_slot, batch_dims=1))
-        pointer_probs, slots = tf.math.top_k(result["window_mass"],
-                                             tf.minimum(k, self.window_size))
-        pointer_words = tf.gather(result["window_words"], slots, batch_dims=1)
-        return {"top_words": top_words, "top_ids": top_ids, "top_probs": top_probs,
-                "gate": result["gate"],
-                "pointer_words": tf.where(pointer_probs >= 0.0, pointer_words, ""),
-                "pointer_probs": tf.maximum(pointer_probs, 0.0)}
+        return top_words(result, k, self.id_to_word, self.vocab_size, self.window_size)
 
     # Shared parts.
 

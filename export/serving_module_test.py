@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from export import STATE_NAMES, testing, tokenization
+from export.serving_module import ServingModule
 from psmm_tf import testing as psmm_testing
 from psmm_tf.data import Vocabulary, read_tokens
 
@@ -181,3 +182,27 @@ class ServingModuleTest(psmm_testing.TestCase):
         words = list(out["top_words"][0])
         self.assertIn(b"zebra", words)
         self.assertGreaterEqual(out["top_ids"][0][words.index(b"zebra")], len(self.vocab))
+
+    def test_other_model_kinds(self):
+        # The endpoints in process (no save): the LSTM baseline has no pointer (gate 1) and
+        # the pointer softmax a switch instead of the sentinel; both score as Keras does.
+        vocab_file = testing.shared_export()[1]
+        texts = ["the cat sat on the mat", "a zebra saw his dog"]
+        for kind in ("lstm", "pointer_softmax"):
+            model, _ = testing.tiny_model(kind=kind)
+            module = ServingModule(model, vocab_file)
+            out = module.score_text({"texts": tf.constant(texts)})
+            for row, text in enumerate(texts):
+                ids = self.vocab.encode(tokenization.reference_tokens(text))[None]
+                inputs = np.concatenate([[[self.vocab.eos_id]], ids[:, :-1]], axis=1)
+                expected = model.score(inputs, ids)
+                n = ids.shape[1]
+                self.assertAllClose(out["log_probs"][row][:n], expected["log_probs"][0],
+                                    atol=1e-5)
+                self.assertAllClose(out["gate"][row][:n], expected["gate"][0], atol=1e-5)
+            top = module.predict_next({"texts": tf.constant(texts), "k": tf.constant(3)})
+            ids = self.vocab.encode(["<eos>"] + texts[0].split())  # no word outside the vocab
+            dist = model.distribution(model(ids[None])).numpy()[0, -1]
+            self.assertAllClose(top["top_probs"][0], np.sort(dist)[::-1][:3], atol=1e-6)
+            if kind == "lstm":  # nothing to point with
+                self.assertAllEqual(top["pointer_probs"], np.zeros([2, 3]))
