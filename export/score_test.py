@@ -5,6 +5,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from unittest import mock
@@ -129,3 +130,15 @@ class ScoreTest(tf.test.TestCase):
         lines, total = json_results(self.local_json)
         log_probs = [p for r in lines for p in r["log_probs"]]
         self.assertAllClose(total["perplexity"], math.exp(-np.mean(log_probs)), rtol=1e-6)
+
+    def test_cli_runs_without_psmm_tf(self):
+        # A serving client needs TensorFlow only: the CLI must not import the library.
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(score.__file__)))
+        code = ("import sys; sys.modules['psmm_tf'] = None; from export import score; "
+                f"sys.exit(score.main(['--model', {self.base!r}, '--input', {self.input!r}, "
+                "'--format', 'json']))")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=180, cwd=repo,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assert_matches_whole(result.stdout)
