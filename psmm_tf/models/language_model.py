@@ -198,9 +198,7 @@ class LanguageModel(ScoringMixin, keras.Model):
             memory if memory is not None else self.empty_memory(ops.shape(token_ids)[0]),
             {"hidden": hidden, "token_ids": token_ids, "mask": token_mask},
         )
-        size = self.memory_size
-        new_memory = {name: value[:, ops.shape(value)[1] - size:] for name, value in
-                      all_keys.items()}
+        new_memory = _last_keys_of_each_row(all_keys, token_mask, self.memory_size)
         outputs = {
             "hidden": query_hidden,
             "key_ids": ops.concatenate([older["token_ids"], token_ids[:, c:]], axis=1),
@@ -255,6 +253,27 @@ def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, s
         return CNNSoftmax(vocab_size, hidden_dim, num_sampled=num_sampled,
                           max_word_length=max_word_length, seed=seed, name="vocab_head")
     return keras.layers.Dense(vocab_size, kernel_initializer=initializer, name="vocab_head")
+
+
+def _last_keys_of_each_row(keys, token_mask, size):
+    """Each row's `size` most recent keys, ending at its own last existing position.
+
+    Args:
+        keys: dict of hidden `(B, size + S, D)`, token_ids and mask `(B, size + S)`: the
+            carried memory followed by the window.
+        token_mask: bool `(B, S)`, the window's positions that exist.
+        size: int M.
+
+    Returns:
+        The memory for the row's next piece of text: a row padded after its end keeps the keys
+        before the padding, and a row with no position in this window keeps its memory.
+    """
+    window = tf.shape(token_mask)[1]
+    position = tf.range(window)[None, :]
+    last = tf.reduce_max(tf.where(token_mask, position, -1), axis=1)  # -1: nothing new
+    # Window position j is key size + j; the kept keys end there: indices last + 1 .. last + size.
+    index = (last + 1)[:, None] + tf.range(size)[None, :]
+    return {name: tf.gather(value, index, batch_dims=1) for name, value in keys.items()}
 
 
 def _concat_keys(first, second):

@@ -96,6 +96,27 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         first = model.score(long_text[:, :-1], long_text[:, 1:])["log_probs"].numpy()
         self.assertAllClose(batched[0], first[0], atol=1e-5)
 
+    @parameterized.named_parameters(*BOTH)
+    def test_padded_rows_carry_their_own_memory_and_state(self, cls):
+        # Scoring a row padded after its end, then continuing it, equals continuing the
+        # unpadded row: the memory holds the row's own last keys, not padding.
+        model = tiny_model(cls)
+        text = self._text(batch=1, length=9)
+        inputs, targets = text[:, :-1], text[:, 1:]
+        alone = model.score(inputs[:, :3], targets[:, :3])
+        padded = model.score(np.pad(inputs[:, :3], [[0, 0], [0, 2]]),
+                             np.pad(targets[:, :3], [[0, 0], [0, 2]]),
+                             token_mask=np.array([[1, 1, 1, 0, 0]], bool))
+        for name in ("hidden", "token_ids", "mask"):
+            self.assertAllClose(padded["memory"][name], alone["memory"][name], atol=1e-6)
+        rest = [model.score(inputs[:, 3:], targets[:, 3:], state=out["state"],
+                            memory=out["memory"])["log_probs"] for out in (alone, padded)]
+        self.assertAllClose(rest[0], rest[1], atol=1e-6)
+        # A row with nothing in the window keeps its memory.
+        empty = model.score(inputs[:, 3:5], targets[:, 3:5], state=alone["state"],
+                            memory=alone["memory"], token_mask=np.zeros((1, 2), bool))
+        self.assertAllClose(empty["memory"]["hidden"], alone["memory"]["hidden"])
+
     def test_distribution_rows_sum_to_one_and_match_log_prob(self):
         model = tiny_model(PointerSentinelLM)
         text = self._text()
