@@ -49,6 +49,10 @@ flags.DEFINE_enum("model", None, list(configs.MODEL_KINDS),
                   "psmm (pointer sentinel-LSTM), lstm (softmax-only baseline, same backbone) "
                   "or pointer_softmax (Gulcehre et al.'s switch instead of the sentinel).")
 flags.DEFINE_integer("embedding_dim", None, "Width of the word embedding.")
+flags.DEFINE_enum("softmax", None, ["full", "sampled", "cnn"],
+                  "Output layer: full softmax, importance-sampled (training only; exact in "
+                  "evaluation) or CNN softmax (Jozefowicz et al. 2016), for large vocabularies.")
+flags.DEFINE_integer("num_sampled", None, "Vocabulary samples per step of --softmax=sampled|cnn.")
 flags.DEFINE_integer("hidden_dim", None, "Units of every LSTM layer.")
 flags.DEFINE_integer("num_layers", None, "Number of LSTM layers.")
 flags.DEFINE_integer("window_size", None, "L: hidden states the pointer scores, its own included.")
@@ -93,7 +97,7 @@ flags.DEFINE_integer("verbose", 1, "1: a progress bar per epoch; 0: log lines on
 _POSITIVE = ("embedding_dim", "hidden_dim", "num_layers", "window_size", "num_predicted",
              "batch_size", "epochs", "steps_per_epoch", "patience", "checkpoint_every_steps",
              "max_eval_tokens", "eval_batch_size", "min_count", "max_vocab_size",
-             "synthetic_train_tokens")
+             "synthetic_train_tokens", "num_sampled")
 for _name in _POSITIVE:
     flags.register_validator(_name, lambda v: v is None or v >= 1,
                              message="must be an integer >= 1.")
@@ -123,7 +127,8 @@ def config_from_flags(flag_values=FLAGS):
                 if getattr(f, flag) is not None}
 
     model = given(kind="model", embedding_dim="embedding_dim", hidden_dim="hidden_dim",
-                  num_layers="num_layers", window_size="window_size", zoneout="zoneout")
+                  num_layers="num_layers", window_size="window_size", zoneout="zoneout",
+                  softmax="softmax", num_sampled="num_sampled")
     if f.dropout is not None:
         model.update(input_dropout=f.dropout, hidden_dropout=f.dropout, output_dropout=f.dropout)
     if f.seed is not None:
