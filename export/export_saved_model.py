@@ -18,6 +18,7 @@ psmm-export --checkpoint=/runs/ptb/checkpoints/ckpt-40 --config=... --vocab=... 
 
 import os
 import shutil
+import sys
 import tempfile
 
 import keras
@@ -32,24 +33,56 @@ from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import build_model
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Training workdir (config.json, vocab.txt, checkpoints/); "
-                    "its latest checkpoint is exported.")
-flags.DEFINE_string("keras_model", None, "A .keras file of the model, instead of --workdir.")
-flags.DEFINE_string("checkpoint", None, "A checkpoint prefix or folder (model under key "
-                    "`model`), with --config and --vocab, instead of --workdir.")
-flags.DEFINE_string("config", None, "config.json of the run (default: the workdir's).")
-flags.DEFINE_string("vocab", None, "Vocabulary file (default: the workdir's vocab.txt).")
-flags.DEFINE_string("export_base", None, "Folder of the versions; created if missing.")
-flags.DEFINE_integer("version", None, "Version to write (default: the next integer).")
-flags.DEFINE_string("model_name", "psmm", "Model name in the warmup requests.")
+# Its own flag registry: psmm-export's flags (--workdir, ...) share names with psmm-train's, and
+# both modules are imported by one test process; the global absl FLAGS would refuse the second.
+EXPORT_FLAGS = flags.FlagValues()
+FLAGS = EXPORT_FLAGS
+flags.DEFINE_string(
+    "workdir",
+    None,
+    "Training workdir (config.json, vocab.txt, checkpoints/); its latest checkpoint is exported.",
+    flag_values=EXPORT_FLAGS,
+)
+flags.DEFINE_string(
+    "keras_model",
+    None,
+    "A .keras file of the model, instead of --workdir.",
+    flag_values=EXPORT_FLAGS,
+)
+flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "A checkpoint prefix or folder (model under key "
+    "`model`), with --config and --vocab, instead of --workdir.",
+    flag_values=EXPORT_FLAGS,
+)
+flags.DEFINE_string(
+    "config", None, "config.json of the run (default: the workdir's).", flag_values=EXPORT_FLAGS
+)
+flags.DEFINE_string(
+    "vocab", None, "Vocabulary file (default: the workdir's vocab.txt).", flag_values=EXPORT_FLAGS
+)
+flags.DEFINE_string(
+    "export_base", None, "Folder of the versions; created if missing.", flag_values=EXPORT_FLAGS
+)
+flags.DEFINE_integer(
+    "version", None, "Version to write (default: the next integer).", flag_values=EXPORT_FLAGS
+)
+flags.DEFINE_string(
+    "model_name", "psmm", "Model name in the warmup requests.", flag_values=EXPORT_FLAGS
+)
 
 INPUT_SHAPES = {
-    "texts": "(batch,) string", "token_ids": "(batch, time) int32", "lengths": "(batch,) int32",
+    "texts": "(batch,) string",
+    "token_ids": "(batch, time) int32",
+    "lengths": "(batch,) int32",
     "lstm_state": "(batch, num_layers, 2, hidden) float32",
     "memory_hidden": "(batch, window_size - 1, hidden) float32",
-    "memory_ids": "(batch, window_size - 1) int32", "memory_mask": "(batch, window_size - 1) bool",
-    "last_id": "(batch,) int32", "batch_size": "() int32", "k": "() int32",
+    "memory_ids": "(batch, window_size - 1) int32",
+    "memory_mask": "(batch, window_size - 1) bool",
+    "last_id": "(batch,) int32",
+    "batch_size": "() int32",
+    "k": "() int32",
 }
 
 
@@ -104,13 +137,13 @@ def next_version(export_base):
     """1 + the largest integer-named version in `export_base` (1 if none)."""
     if not tf.io.gfile.isdir(export_base):
         return 1
-    versions = [int(name) for name in tf.io.gfile.listdir(export_base)
-                if name.rstrip("/").isdigit()]
+    versions = [
+        int(name) for name in tf.io.gfile.listdir(export_base) if name.rstrip("/").isdigit()
+    ]
     return max(versions, default=0) + 1
 
 
-def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
-           config_json=None):
+def export(model, vocabulary_file, export_base, version=None, model_name="psmm", config_json=None):
     """Writes the SavedModel of `model` to `<export_base>/<version>/`; returns that path.
 
     Raises:
@@ -129,9 +162,13 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
         tf.saved_model.save(module, temporary, signatures=module.signatures())
         extra = os.path.join(temporary, "assets.extra")
         os.makedirs(extra)
-        requests = warmup.warmup_inputs(Vocabulary.load(vocabulary_file).tokens,
-                                        module.num_layers, module.hidden_dim,
-                                        module.memory_size, module.eos_id)
+        requests = warmup.warmup_inputs(
+            Vocabulary.load(vocabulary_file).tokens,
+            module.num_layers,
+            module.hidden_dim,
+            module.memory_size,
+            module.eos_id,
+        )
         warmup.write_warmup_file(os.path.join(extra, warmup.WARMUP_FILE), model_name, requests)
         if config_json is not None:
             with open(os.path.join(extra, "config.json"), "w", encoding="utf-8") as f:
@@ -171,16 +208,33 @@ def _main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if FLAGS.export_base is None:
         raise app.UsageError("--export_base is required.")
-    model, vocab, config_json = load_model(FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint,
-                                           FLAGS.config, FLAGS.vocab)
+    model, vocab, config_json = load_model(
+        FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint, FLAGS.config, FLAGS.vocab
+    )
     path = export(model, vocab, FLAGS.export_base, FLAGS.version, FLAGS.model_name, config_json)
     print(f"Exported {path}")
     print(describe_signatures(path))
 
 
+def _parse_flags(argv):
+    """Parses `argv` into EXPORT_FLAGS (app.run's flags_parser); --help prints them."""
+    if any(arg in ("-h", "--help", "--helpshort", "--helpfull") for arg in argv[1:]):
+        print(__doc__)
+        print(EXPORT_FLAGS.get_help())
+        sys.exit(0)
+    EXPORT_FLAGS.unparse_flags()  # each call starts from the defaults (main() runs in tests)
+    try:
+        remaining = EXPORT_FLAGS(argv)
+    except flags.Error as error:
+        sys.stderr.write(f"psmm-export: {error}\nTry --help.\n")
+        sys.exit(1)
+    flags.FLAGS.mark_as_parsed()  # absl logging reads the global flags
+    return remaining
+
+
 def main(argv=None):
     """Console-script entry point (`psmm-export`)."""
-    app.run(_main, argv=argv)
+    app.run(_main, argv=argv, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":
