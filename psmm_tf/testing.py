@@ -115,3 +115,32 @@ class TestCase(tf.test.TestCase):
         tf.random.set_seed(1234)
         np.random.seed(1234)
         self.rng = np.random.default_rng(1234)
+
+
+def scores_after_keras_round_trip(model, text, directory, check=""):
+    """Saves `model` as `.keras`, loads it in a fresh process, and returns its scores of `text`.
+
+    Args:
+        model: a language model of the package.
+        text: int `(B, N + 1)`; scored as inputs `text[:, :-1]`, targets `text[:, 1:]`.
+        directory: a temporary folder for the files.
+        check: optional Python statements run in the child after loading (`model` is bound).
+
+    Returns:
+        The child's `score()` log-probabilities, `(B, N)`.
+    """
+    model_path = os.path.join(directory, "model.keras")
+    text_path = os.path.join(directory, "text.npy")
+    out_path = os.path.join(directory, "scores.npy")
+    model.save(model_path)
+    np.save(text_path, text)
+    check = textwrap.indent(textwrap.dedent(check), " " * 12)
+    run_in_fresh_process(f"""
+            import numpy as np, keras
+            import psmm_tf.models  # registers the custom objects
+            model = keras.saving.load_model({model_path!r})
+{check}
+            text = np.load({text_path!r})
+            np.save({out_path!r}, model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy())
+    """)
+    return np.load(out_path)

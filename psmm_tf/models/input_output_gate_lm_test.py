@@ -1,6 +1,5 @@
 """Tests of the input-to-output gate: the equation in NumPy, frozen base, save/load."""
 
-import os
 
 import keras
 import numpy as np
@@ -54,19 +53,10 @@ class InputOutputGateLMTest(testing.TestCase):
         model = InputOutputGateLM(_base(PointerSentinelLM), embedding_dim=4, seed=1)
         text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
         expected = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
-        tmp = self.get_temp_dir()
-        model.save(os.path.join(tmp, "iog.keras"))
-        np.save(os.path.join(tmp, "text.npy"), text)
-        testing.run_in_fresh_process(f"""
-            import numpy as np, keras
-            import psmm_tf.models
-            model = keras.saving.load_model({os.path.join(tmp, 'iog.keras')!r})
-            assert type(model.base_model).__name__ == "PointerSentinelLM"
-            text = np.load({os.path.join(tmp, 'text.npy')!r})
-            np.save({os.path.join(tmp, 'out.npy')!r},
-                    model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy())
-        """)
-        self.assertAllClose(np.load(os.path.join(tmp, "out.npy")), expected, atol=1e-6)
+        scores = testing.scores_after_keras_round_trip(
+            model, text, self.get_temp_dir(),
+            check='assert type(model.base_model).__name__ == "PointerSentinelLM"')
+        self.assertAllClose(scores, expected, atol=1e-6)
 
 
 if __name__ == "__main__":

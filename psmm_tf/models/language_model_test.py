@@ -1,6 +1,5 @@
 """Tests of the language models: exact windowing, streaming, save/load, parameter counts."""
 
-import os
 
 import keras
 import numpy as np
@@ -168,21 +167,10 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         model = tiny_model(cls)
         text = self._text()
         expected = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
-        path = os.path.join(self.get_temp_dir(), "model.keras")
-        model.save(path)
-        np.save(os.path.join(self.get_temp_dir(), "text.npy"), text)
-        output = testing.run_in_fresh_process(f"""
-            import numpy as np, keras
-            import psmm_tf.models  # registers the custom objects
-            model = keras.saving.load_model({path!r})
-            text = np.load({os.path.join(self.get_temp_dir(), 'text.npy')!r})
-            print(type(model).__name__)
-            np.save({os.path.join(self.get_temp_dir(), 'out.npy')!r},
-                    model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy())
-        """)
-        self.assertIn(cls.__name__, output)
-        self.assertAllClose(np.load(os.path.join(self.get_temp_dir(), "out.npy")), expected,
-                            atol=1e-6)
+        scores = testing.scores_after_keras_round_trip(
+            model, text, self.get_temp_dir(),
+            check=f"assert type(model).__name__ == {cls.__name__!r}")
+        self.assertAllClose(scores, expected, atol=1e-6)
 
     def test_medium_parameter_count_is_the_papers_arithmetic(self):
         # Embedding 10000 x 650, two LSTM layers 4 x 650 x (650 + 650 + 1), softmax 650 x 10000

@@ -1,6 +1,5 @@
 """Language models with sampled and CNN softmaxes: training estimate, exact evaluation, saving."""
 
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -56,19 +55,10 @@ class LargeVocabularyTest(testing.TestCase, parameterized.TestCase):
         model = _model("cnn")
         text = self.rng.integers(0, len(WORDS), size=(1, 9)).astype("int32")
         expected = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
-        tmp = self.get_temp_dir()
-        model.save(os.path.join(tmp, "cnn.keras"))
-        np.save(os.path.join(tmp, "text.npy"), text)
-        testing.run_in_fresh_process(f"""
-            import numpy as np, keras
-            import psmm_tf.models
-            model = keras.saving.load_model({os.path.join(tmp, 'cnn.keras')!r})
-            assert model.vocab_head.characters.numpy()[2, 1] == 3 + ord("w")
-            text = np.load({os.path.join(tmp, 'text.npy')!r})
-            np.save({os.path.join(tmp, 'out.npy')!r},
-                    model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy())
-        """)
-        self.assertAllClose(np.load(os.path.join(tmp, "out.npy")), expected, atol=1e-6)
+        scores = testing.scores_after_keras_round_trip(
+            model, text, self.get_temp_dir(),
+            check='assert model.vocab_head.characters.numpy()[2, 1] == 3 + ord("w")')
+        self.assertAllClose(scores, expected, atol=1e-6)
 
     @parameterized.parameters("full", "sampled", "cnn")
     def test_parameter_count(self, softmax):
