@@ -2,10 +2,13 @@
 
 The per-target objective is the paper's eq. 9 for models with a pointer,
 `-log p(y) - log(g + sum_{i: x_i = y} a_i)` (`PointerSentinelLoss`), and the softmax
-cross-entropy `-log p_vocab(y)` for the LSTM baseline. It is averaged over the targets of the
-global batch, so N replicas with B / N rows each compute the same gradient as one device with
-B rows: each replica divides its sum by the global weight, the gradients are summed over
-replicas, clipped by their global norm (paper: 1) and applied once.
+cross-entropy `-log p_vocab(y)` for the LSTM baseline. It is summed over the T predicted
+positions of a window and averaged over the B streams of the global batch, the convention of
+Zaremba et al. (2014) that the paper's optimiser settings (SGD at learning rate 1, gradient norm
+clipped at 1) come with: a per-target mean would make every step T times smaller. N replicas
+with B / N rows each compute the same gradient as one device with B rows: each replica divides
+its sum by B, the gradients are summed over replicas, clipped by their global norm and applied
+once.
 """
 
 import tensorflow as tf
@@ -110,8 +113,9 @@ class TrainStep:
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         local = distribution.replica_rows(batch, self.rows, context.replica_id_in_sync_group)
-        total_weight = tf.reduce_sum(batch["target_weights"])
-        grads, sums, state, memory = self._forward_backward(local, state, memory, total_weight)
+        # Sum over the window's targets, mean over the global batch's streams (see above).
+        normalizer = tf.constant(float(self.global_batch_size))
+        grads, sums, state, memory = self._forward_backward(local, state, memory, normalizer)
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
         grads, grad_norm = tf.clip_by_global_norm(grads, self.clip_norm)
@@ -121,7 +125,7 @@ class TrainStep:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         return sums, grad_norm, state, memory
 
-    def _gradients(self, local, state, memory, total_weight):
+    def _gradients(self, local, state, memory, normalizer):
         targets = local["targets"]
         weights = local["target_weights"]
         with tf.GradientTape() as tape:
@@ -131,7 +135,7 @@ class TrainStep:
                 training=True,
             )
             objective, pointer_part, gate = per_target_losses(self.model, outputs, targets)
-            loss = tf.reduce_sum(objective * weights) / total_weight
+            loss = tf.reduce_sum(objective * weights) / normalizer
         grads = tape.gradient(loss, self.model.trainable_variables)
         # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and scaling.
         grads = [tf.convert_to_tensor(g) for g in grads]
