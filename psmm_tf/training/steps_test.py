@@ -1,0 +1,76 @@
+"""The training step's objective: eq. 9 summed over a window's targets, averaged over streams."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf.configs import ModelConfig
+from psmm_tf.models import build_model
+from psmm_tf.training.steps import TrainStep
+
+B, T, V = 3, 5, 17
+
+
+def _model(kind):
+    config = ModelConfig(kind=kind, vocab_size=V, embedding_dim=6, hidden_dim=6, num_layers=1,
+                         window_size=4, input_dropout=0.0, hidden_dropout=0.0,
+                         output_dropout=0.0, zoneout=0.0, seed=3)
+    model = build_model(config)
+    model(tf.zeros([B, T], tf.int32))
+    return model
+
+
+def _batch(seed=0):
+    rng = np.random.default_rng(seed)
+    weights = np.ones([B, T], np.float32)
+    weights[2, 3:] = 0.0  # a stream that ended inside the window
+    return {"token_ids": tf.constant(rng.integers(0, V, [B, T]), tf.int32),
+            "token_mask": tf.constant(weights > 0),
+            "targets": tf.constant(rng.integers(0, V, [B, T]), tf.int32),
+            "target_weights": tf.constant(weights)}
+
+
+def _expected_gradients(model, batch):
+    """-d/dw of sum_{b,t} w_bt log p(y_bt) / B, from the logits (no package loss code)."""
+    with tf.GradientTape() as tape:
+        outputs = model(batch["token_ids"], token_mask=batch["token_mask"], training=True)
+        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(batch["targets"],
+                                                             outputs["vocab_logits"])
+        loss = tf.reduce_sum(nll * batch["target_weights"]) / B
+    grads = tape.gradient(loss, model.trainable_variables)
+    return [tf.convert_to_tensor(g).numpy() for g in grads], float(loss)
+
+
+class TrainStepTest(tf.test.TestCase):
+    def _one_step(self, clip_norm):
+        model = _model("lstm")
+        batch = _batch()
+        expected, loss = _expected_gradients(model, batch)
+        before = [v.numpy() for v in model.trainable_variables]
+        optimizer = keras.optimizers.SGD(learning_rate=1.0)
+        optimizer.build(model.trainable_variables)
+        step = TrainStep(model, optimizer, tf.distribute.get_strategy(), B, 0,
+                         use_memory=False, clip_norm=clip_norm)
+        metrics, _, _ = step(batch, *step.initial_carry())
+        after = [v.numpy() for v in model.trainable_variables]
+        return expected, loss, before, after, metrics
+
+    def test_sgd_step_follows_the_sum_over_time_mean_over_streams(self):
+        expected, loss, before, after, metrics = self._one_step(clip_norm=1e9)
+        for g, w0, w1 in zip(expected, before, after, strict=True):
+            self.assertAllClose(w0 - w1, g, atol=1e-6)
+        # The reported sums are over the batch's 13 real targets.
+        self.assertEqual(float(metrics["weight"]), 13.0)
+        self.assertAllClose(float(metrics["loss"]) / B, loss, rtol=1e-5)
+
+    def test_update_is_clipped_to_the_global_norm(self):
+        expected, _, before, after, metrics = self._one_step(clip_norm=0.01)
+        norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in expected))
+        self.assertGreater(norm, 0.01)
+        self.assertAllClose(float(metrics["grad_norm"]), norm, rtol=1e-4)
+        for g, w0, w1 in zip(expected, before, after, strict=True):
+            self.assertAllClose(w0 - w1, g * 0.01 / norm, atol=1e-7)
+
+
+if __name__ == "__main__":
+    tf.test.main()
