@@ -63,6 +63,14 @@ class ModelConfig:
     switch_units: int = 64
     # Seed of the initialisers and dropout masks (None: nondeterministic).
     seed: int | None = None
+    # Path of a trained run's `model.keras`. When set, the model is that trained model, frozen,
+    # with an input-to-output gate on its softmax (Takase et al. 2017); only the gate trains,
+    # and the fields above must describe the trained model (they are checked when it loads).
+    base_model: str | None = None
+    # Width of the gate's own word embedding e'(x_t) (Takase et al.: 300); with base_model only.
+    gate_embedding_dim: int = 300
+    # Dropout on the gate's embedding in training (Takase et al.: 0.5); with base_model only.
+    gate_dropout: float = 0.5
 
     def __post_init__(self):
         _check_choice("kind", self.kind, MODEL_KINDS)
@@ -74,6 +82,13 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
+        if self.base_model is not None and (not isinstance(self.base_model, str)
+                                            or not self.base_model):
+            raise ValueError(f"base_model must be the path of a trained model.keras or None, "
+                             f"got {self.base_model!r}.")
+        _check_positive_int("gate_embedding_dim", self.gate_embedding_dim)
+        if not 0.0 <= self.gate_dropout < 1.0:
+            raise ValueError(f"gate_dropout must be in [0, 1), got {self.gate_dropout!r}.")
 
 
 @dataclasses.dataclass(frozen=True)

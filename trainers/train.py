@@ -13,6 +13,9 @@ Examples:
   # The paper's Penn Treebank model (2x650, window 100, BPTT 100, batch 32).
   psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --workdir=/tmp/ptb_psmm
 
+  # An input-to-output gate (Takase et al. 2017) on that run's frozen model: Adam, lr 0.001.
+  psmm-train --input_output_gate_on=/tmp/ptb_psmm --workdir=/tmp/ptb_psmm_gate
+
   # Two GPUs of one machine, or the workers listed in TF_CONFIG.
   psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --strategy=mirrored ...
 """
@@ -92,6 +95,14 @@ flags.DEFINE_integer("logical_cpus", 0, "Split the CPU into this many logical de
 flags.DEFINE_bool("compare_baseline", False, "Train the model and the LSTM baseline with the "
                   "same settings (in workdir/<model> and workdir/lstm) and print both "
                   "perplexities.")
+flags.DEFINE_string("input_output_gate_on", None,
+                    "A trained run's workdir: train only an input-to-output gate (Takase et al. "
+                    "2017) on its model.keras, frozen, with its corpus, vocabulary and settings; "
+                    "--optimizer and --learning_rate default to adam and 0.001 in this mode.")
+flags.DEFINE_integer("gate_embedding_dim", 300, "Width of the input-to-output gate's embedding "
+                     "(with --input_output_gate_on; paper: 300).", lower_bound=1)
+flags.DEFINE_float("gate_dropout", 0.5, "Dropout on the input-to-output gate's embedding (with "
+                   "--input_output_gate_on; paper: 0.5).")
 flags.DEFINE_integer("verbose", 1, "1: a progress bar per epoch; 0: log lines only.")
 
 _POSITIVE = ("embedding_dim", "hidden_dim", "num_layers", "window_size", "num_predicted",
@@ -107,19 +118,40 @@ for _name in ("learning_rate", "clip_norm"):
     flags.register_validator(_name, lambda v: v is None or v > 0, message="must be > 0.")
 flags.register_validator("lr_decay", lambda v: v is None or 0 < v <= 1,
                          message="must be in (0, 1].")
-for _name in ("dropout", "zoneout"):
+for _name in ("dropout", "zoneout", "gate_dropout"):
     flags.register_validator(_name, lambda v: v is None or 0 <= v < 1,
                              message="must be a probability in [0, 1).")
 flags.register_validator("workdir", lambda v: bool(v), message="is required: the run's folder.")
 
 
+# Flags that describe the model or the corpus: an input-to-output gate run takes them from the
+# trained run it wraps.
+_GATE_CONFLICTS = ("preset", "dataset", "train_split", "valid_split", "test_split", "min_count",
+                   "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim",
+                   "softmax", "num_sampled", "hidden_dim", "num_layers", "window_size", "dropout",
+                   "zoneout", "compare_baseline")
+
+
 def config_from_flags(flag_values=FLAGS):
     """The `ExperimentConfig` the flags describe: the preset with the given flags replaced.
+
+    With --input_output_gate_on, the trained run's config instead, made into an input-to-output
+    gate run by `gate_training.input_output_gate_config`, with the training flags given.
 
     Raises:
         app.UsageError: a combination of flags that is not valid (naming the flag).
     """
     f = flag_values
+    if f.input_output_gate_on is None:
+        for name in ("gate_embedding_dim", "gate_dropout"):
+            if f[name].present:
+                raise app.UsageError(f"--{name} is only used with --input_output_gate_on.")
+    else:
+        given = [f"--{name}" for name in _GATE_CONFLICTS if f[name].present]
+        if given:
+            raise app.UsageError(
+                f"--input_output_gate_on trains a gate on that run's model with its corpus and "
+                f"settings; {', '.join(given)} cannot be combined with it.")
     preset = configs.get_preset(f.preset)
 
     def given(**names):
@@ -145,6 +177,12 @@ def config_from_flags(flag_values=FLAGS):
     data = given(dataset="dataset", data_dir="data_dir", min_count="min_count",
                  max_vocab_size="max_vocab_size", synthetic_train_tokens="synthetic_train_tokens",
                  train_split="train_split", valid_split="valid_split", test_split="test_split")
+    if f.input_output_gate_on is not None:
+        preset = _gate_base_config(f)
+        model = {"seed": f.seed} if f.seed is not None else {}
+        train.setdefault("optimizer", "adam")
+        if f.learning_rate is None:
+            train["learning_rate"] = 1e-3 if train["optimizer"] == "adam" else 1.0
     try:
         config = preset.replace(model=model, train=train, data=data)
     except ValueError as err:
@@ -159,6 +197,17 @@ def config_from_flags(flag_values=FLAGS):
             f"--context_length={config.train.context_length} must be < --window_size="
             f"{config.model.window_size}: the pointer never reaches further back.")
     return config
+
+
+def _gate_base_config(f):
+    """The input-to-output gate config on --input_output_gate_on's run (before other flags)."""
+    from psmm_tf.training import gate_training
+
+    try:
+        return gate_training.input_output_gate_config(
+            f.input_output_gate_on, embedding_dim=f.gate_embedding_dim, dropout=f.gate_dropout)
+    except (FileNotFoundError, ValueError) as err:
+        raise app.UsageError(f"--input_output_gate_on={f.input_output_gate_on}: {err}") from None
 
 
 def make_strategy(name, logical_cpus=0):

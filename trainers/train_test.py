@@ -6,6 +6,7 @@ import tensorflow as tf
 from absl import app, flags
 from absl.testing import flagsaver
 
+from psmm_tf import configs
 from psmm_tf.testing import run_in_fresh_process
 from trainers import train
 
@@ -61,6 +62,79 @@ class FlagsToConfigTest(tf.test.TestCase):
                     _parse("--workdir=/tmp/w", *args)
 
 
+class InputOutputGateFlagsTest(tf.test.TestCase):
+    def setUp(self):
+        super().setUp()
+        # A trained run's files (the model file's contents are not read to make the config).
+        self.base = Path(self.get_temp_dir()) / "base"
+        self.base.mkdir(exist_ok=True)
+        base_config = configs.get_preset("tiny").replace(
+            model={"vocab_size": 50, "seed": 4},
+            train={"seed": 4, "max_epochs": 6, "clip_norm": 0.5})
+        (self.base / "config.json").write_text(base_config.to_json())
+        for name in ("vocab.txt", "model.keras"):
+            (self.base / name).write_text("")
+        self.base_config = base_config
+
+    def tearDown(self):
+        flags.FLAGS.unparse_flags()
+        super().tearDown()
+
+    def test_gate_on_a_trained_run(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", f"--input_output_gate_on={self.base}",
+                            "--gate_embedding_dim=32", "--gate_dropout=0.2", "--epochs=3",
+                            "--data_dir=/moved/corpus")
+        self.assertEqual(config.model.base_model, str(self.base / "model.keras"))
+        self.assertEqual((config.model.gate_embedding_dim, config.model.gate_dropout), (32, 0.2))
+        self.assertEqual((config.model.vocab_size, config.model.hidden_dim, config.model.seed),
+                         (50, 16, 4))  # the base run's, not the flags' preset (small)
+        self.assertEqual((config.train.optimizer, config.train.learning_rate), ("adam", 1e-3))
+        self.assertEqual((config.train.max_epochs, config.train.clip_norm), (3, 0.5))
+        self.assertEqual(config.data.data_dir, "/moved/corpus")
+
+    def test_defaults_and_the_users_optimizer(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", f"--input_output_gate_on={self.base}")
+        self.assertEqual((config.model.gate_embedding_dim, config.model.gate_dropout), (300, 0.5))
+        self.assertEqual(config.train.max_epochs, 6)
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", f"--input_output_gate_on={self.base}",
+                            "--learning_rate=0.01", "--seed=8")
+        self.assertEqual((config.train.optimizer, config.train.learning_rate), ("adam", 0.01))
+        self.assertEqual((config.model.seed, config.train.seed), (8, 8))
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", f"--input_output_gate_on={self.base}",
+                            "--optimizer=sgd")
+        self.assertEqual((config.train.optimizer, config.train.learning_rate), ("sgd", 1.0))
+
+    def test_refused_combinations_name_the_flags(self):
+        gate = f"--input_output_gate_on={self.base}"
+        cases = [
+            ([gate, "--compare_baseline"], app.UsageError,
+             r"--compare_baseline cannot be combined with it"),
+            ([gate, "--model=lstm", "--hidden_dim=8"], app.UsageError,
+             r"--input_output_gate_on trains a gate on that run's model with its corpus and "
+             r"settings; --model, --hidden_dim cannot be combined with it"),
+            ([gate, "--preset=tiny"], app.UsageError, r"--preset cannot be combined"),
+            ([gate, "--dataset=ptb"], app.UsageError, r"--dataset cannot be combined"),
+            (["--gate_dropout=0.1"], app.UsageError,
+             r"--gate_dropout is only used with --input_output_gate_on"),
+            (["--gate_embedding_dim=10"], app.UsageError,
+             r"--gate_embedding_dim is only used with --input_output_gate_on"),
+            ([gate, "--gate_dropout=1.0"], flags.IllegalFlagValueError,
+             r"--gate_dropout=1.0: must be a probability"),
+            ([gate, "--gate_embedding_dim=0"], flags.IllegalFlagValueError,
+             r"--gate_embedding_dim=0"),
+            ([f"--input_output_gate_on={self.base / 'missing'}"], app.UsageError,
+             r"--input_output_gate_on=.*missing: .*missing has no config.json"),
+        ]
+        for args, error, message in cases:
+            with self.subTest(args=args), flagsaver.flagsaver():
+                with self.assertRaisesRegex(error, message):
+                    _parse("--workdir=/tmp/w", *args)
+
+
 class CommandLineTest(tf.test.TestCase):
     def test_refused_flags_exit_with_the_message_and_write_nothing(self):
         workdir = Path(self.get_temp_dir()) / "never"
@@ -68,6 +142,8 @@ class CommandLineTest(tf.test.TestCase):
             (["--window_size=0"], "flag --window_size=0: must be an integer >= 1."),
             (["--dataset=wikitext2"], "--data_dir is required for --dataset=wikitext2"),
             (["--strategy=multi_worker"], "--strategy=multi_worker needs the cluster in TF_CONFIG"),
+            (["--input_output_gate_on=/runs/base", "--compare_baseline"],
+             "--compare_baseline cannot be combined with it"),
         ]:
             code = f"""
                 import os, sys

@@ -1,5 +1,9 @@
 """Language models: the backbone and the tasks built on it."""
 
+import os
+
+import keras
+
 from psmm_tf.models.backbone import LSTMBackbone
 from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.language_model import LanguageModel
@@ -16,8 +20,23 @@ MODEL_CLASSES = {
 }
 
 
+# Fields of a `ModelConfig` that must equal the attribute of the same name of a loaded base model.
+_BASE_MODEL_FIELDS = ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
+                      "softmax")
+
+
 def build_model(model_config):
-    """The language model a `psmm_tf.configs.ModelConfig` describes."""
+    """The language model a `psmm_tf.configs.ModelConfig` describes.
+
+    With `base_model` set: the trained model in that `.keras` file, frozen, wrapped in an
+    `InputOutputGateLM` whose gate is new (Takase et al. 2017).
+
+    Raises:
+        FileNotFoundError: `base_model` does not exist.
+        ValueError: the model in `base_model` is not the one the config describes.
+    """
+    if model_config.base_model is not None:
+        return _gated_base_model(model_config)
     cls = MODEL_CLASSES[model_config.kind]
     extra = {}
     if model_config.kind == "pointer_softmax":
@@ -39,6 +58,34 @@ def build_model(model_config):
         name=f"{model_config.kind}_language_model",
         **extra,
     )
+
+
+def _gated_base_model(model_config):
+    """`InputOutputGateLM` over the frozen model of `model_config.base_model`."""
+    path = model_config.base_model
+    if not path.endswith(".keras") or not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"base_model {path!r} is not a .keras file that exists: expected the model.keras "
+            "of a trained run.")
+    base = keras.saving.load_model(path)
+    if isinstance(base, InputOutputGateLM):
+        raise ValueError(f"base_model {path!r} already has an input-to-output gate; give the "
+                         "model.keras of the run it was trained on.")
+    expected_class = MODEL_CLASSES[model_config.kind]
+    if type(base) is not expected_class:
+        raise ValueError(f"base_model {path!r} is a {type(base).__name__}; the config's kind "
+                         f"{model_config.kind!r} is a {expected_class.__name__}.")
+    names = _BASE_MODEL_FIELDS + (("switch_units",) if model_config.kind == "pointer_softmax"
+                                  else ())
+    differences = [f"{name}: config {getattr(model_config, name)!r}, model "
+                   f"{getattr(base, name)!r}" for name in names
+                   if getattr(base, name) != getattr(model_config, name)]
+    if differences:
+        raise ValueError(f"base_model {path!r} does not match the model config ("
+                         + "; ".join(differences) + ").")
+    return InputOutputGateLM(base, embedding_dim=model_config.gate_embedding_dim,
+                             dropout=model_config.gate_dropout, seed=model_config.seed,
+                             name=f"{model_config.kind}_input_output_gate_language_model")
 
 
 __all__ = [

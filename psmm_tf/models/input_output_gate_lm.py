@@ -15,11 +15,15 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
     `log_prob` and `distribution` are the wrapped model's own on the gated logits. Only the gate
     is trained (paper: Adam, learning rate 0.001).
 
+    The wrapped model always runs in inference mode (no dropout), so with a sampled or CNN
+    softmax it gives exact `vocab_logits` `(batch_size, T, V)` in training too: the gate needs
+    every word's logit.
+
     Args:
         base_model: a trained `psmm_tf.models.LanguageModel`; it is frozen.
         embedding_dim, dropout, seed: of the gate (`InputOutputGate`).
 
-    Call arguments and returns: as `LanguageModel`.
+    Call arguments and returns: as `LanguageModel` (`targets` is accepted and not needed).
     """
 
     def __init__(self, base_model, embedding_dim=300, dropout=0.5, seed=None, **kwargs):
@@ -39,8 +43,15 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
     # The wrapped model's sizes, state and memory are this model's.
     vocab_size = property(lambda self: self.base_model.vocab_size)
     hidden_dim = property(lambda self: self.base_model.hidden_dim)
+    num_layers = property(lambda self: self.base_model.num_layers)
     window_size = property(lambda self: self.base_model.window_size)
     memory_size = property(lambda self: self.base_model.memory_size)
+    num_layers = property(lambda self: self.base_model.num_layers)
+    softmax = property(lambda self: self.base_model.softmax)
+
+    def set_vocabulary(self, words):
+        """Gives the wrapped model's softmax the vocabulary's words (CNN softmax only)."""
+        self.base_model.set_vocabulary(words)
 
     def zero_state(self, batch_size):
         return self.base_model.zero_state(batch_size)
@@ -49,11 +60,12 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
         return self.base_model.empty_memory(batch_size)
 
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
-             training=False):
+             targets=None, training=False):
         # The frozen model runs in inference mode (no dropout); only the gate trains.
         outputs = dict(self.base_model(token_ids, token_mask=token_mask, state=state,
                                        memory=memory, context_length=context_length,
                                        training=False))
+        # Takase et al. (2017): p(w_{t+1}) = softmax(g_t * (U h_t + b_U)), g_t from x_t alone.
         gate = self.gate(token_ids[:, context_length:], training=training)
         outputs["vocab_logits"] = outputs["vocab_logits"] * gate
         return outputs

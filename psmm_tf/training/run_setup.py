@@ -44,7 +44,9 @@ def prepare_workdir(config, workdir, strategy):
 
     The vocabulary size is set from the data and a missing model seed from `train.seed`. A
     workdir that already holds a run must have been started with the same config, except for
-    the fields in `RESUMABLE_CHANGES`; its `vocab.txt` is reused.
+    the fields in `RESUMABLE_CHANGES`; its `vocab.txt` is reused. A new run with
+    `model.base_model` (an input-to-output gate run) takes the vocabulary of the base model's
+    run, `<folder of base_model>/vocab.txt`.
 
     Args:
         config: `ExperimentConfig` (e.g. from flags).
@@ -56,13 +58,15 @@ def prepare_workdir(config, workdir, strategy):
 
     Raises:
         ValueError: the workdir holds a run with another config.
+        FileNotFoundError: `model.base_model` has no `vocab.txt` beside it.
     """
     workdir = Path(workdir)
     chief = distribution.is_chief(strategy)
     config_path = workdir / checkpointing.CONFIG_FILE
     vocab_path = workdir / checkpointing.VOCAB_FILE
     stored = ExperimentConfig.from_json(config_path.read_text()) if config_path.is_file() else None
-    vocabulary = Vocabulary.load(vocab_path) if vocab_path.is_file() else None
+    has_vocabulary = vocab_path.is_file()
+    vocabulary = Vocabulary.load(vocab_path) if has_vocabulary else _base_vocabulary(config)
     scratch = workdir / "synthetic_data"
     if not chief:
         scratch = workdir / f".{distribution.worker_name(strategy)}" / "synthetic_data"
@@ -82,9 +86,21 @@ def prepare_workdir(config, workdir, strategy):
     if chief:
         workdir.mkdir(parents=True, exist_ok=True)
         config_path.write_text(config.to_json())
-        if vocabulary is None:
+        if not has_vocabulary:
             corpus.vocabulary.save(vocab_path)
     return config, corpus
+
+
+def _base_vocabulary(config):
+    """The vocabulary of the run whose model an input-to-output gate run wraps (else None)."""
+    if config.model.base_model is None:
+        return None
+    path = Path(config.model.base_model).parent / checkpointing.VOCAB_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No {path}: an input-to-output gate run reads the vocabulary of the run that "
+            f"trained its base model {config.model.base_model}.")
+    return Vocabulary.load(path)
 
 
 def _field(config, dotted):

@@ -1,0 +1,69 @@
+"""Training an input-to-output gate on a trained run's model (Takase et al. 2017).
+
+The gate `g_t = sigmoid(W e'(x_t) + b)` multiplies the frozen model's vocabulary logits,
+`p(w_{t+1}) = softmax(g_t * (U h_t + b_U))`; only `e'`, `W` and `b` are trained, with Adam at
+learning rate 0.001 (the paper's setting), on the base run's corpus and vocabulary.
+
+Example:
+```python
+config = input_output_gate_config("/runs/ptb_psmm")
+train_lib.run(config, "/runs/ptb_psmm_gate")   # psmm-evaluate --workdir=/runs/ptb_psmm_gate
+```
+"""
+
+from pathlib import Path
+
+from psmm_tf.configs import ExperimentConfig
+from psmm_tf.training import checkpointing
+
+
+def input_output_gate_config(base_workdir, embedding_dim=300, dropout=0.5, learning_rate=1e-3,
+                             max_epochs=None, seed=None, steps_per_epoch=None):
+    """The config of a run that trains an input-to-output gate on `base_workdir`'s model.
+
+    The base run's data and model settings are kept (its corpus, vocabulary and sizes); the
+    model becomes its `model.keras`, frozen, with a new gate. Training uses Adam at
+    `learning_rate`; the plateau schedule, patience, gradient clipping and the windowing scheme
+    stay the base run's.
+
+    Args:
+        base_workdir: str or path. A finished (or at least once validated) training run: it
+            must hold `config.json`, `vocab.txt` and `model.keras`.
+        embedding_dim: int. Width of the gate's embedding `e'` (paper: 300).
+        dropout: float in [0, 1). Dropout on `e'` in training (paper: 0.5).
+        learning_rate: float. Adam's initial learning rate (paper: 0.001).
+        max_epochs: optional int. Default: the base run's.
+        seed: optional int. Seed of the gate's initialisation and dropout, and of the run.
+            Default: the base run's.
+        steps_per_epoch: optional int. Default: the base run's.
+
+    Returns:
+        An `ExperimentConfig` for `psmm_tf.training.train_lib.run`.
+
+    Raises:
+        FileNotFoundError: `base_workdir` lacks one of the three files.
+        ValueError: the base run is itself an input-to-output gate run, or a bad value.
+    """
+    base_workdir = Path(base_workdir).absolute()
+    for name in (checkpointing.CONFIG_FILE, checkpointing.VOCAB_FILE, checkpointing.MODEL_FILE):
+        if not (base_workdir / name).is_file():
+            raise FileNotFoundError(
+                f"{base_workdir} has no {name}: the input-to-output gate needs a trained run "
+                f"(config.json, vocab.txt and model.keras, which is written after the first "
+                f"epoch's validation).")
+    base = ExperimentConfig.from_json((base_workdir / checkpointing.CONFIG_FILE).read_text())
+    if base.model.base_model is not None:
+        raise ValueError(
+            f"{base_workdir} is already an input-to-output gate run (on "
+            f"{base.model.base_model}); train the gate on the run of the model itself.")
+    model = {"base_model": str(base_workdir / checkpointing.MODEL_FILE),
+             "gate_embedding_dim": embedding_dim, "gate_dropout": dropout}
+    train = {"optimizer": "adam", "learning_rate": learning_rate}
+    if max_epochs is not None:
+        train["max_epochs"] = max_epochs
+    if steps_per_epoch is not None:
+        train["steps_per_epoch"] = steps_per_epoch
+    if seed is not None:
+        model["seed"] = seed
+        train["seed"] = seed
+    return base.replace(model=model, train=train)
