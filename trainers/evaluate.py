@@ -7,9 +7,15 @@ Reads a training workdir (config.json, vocab.txt, model.keras or checkpoints/) a
   frequency_buckets.md     with --baseline_workdir: mean difference in log perplexity between
   frequency_buckets.png    the baseline and the model over 10 word-frequency buckets (Fig. 4)
 
-Example:
+With --cache_window, the run is also evaluated with a neural cache (Grave et al. 2017):
+p = (1 - lambda) p_model + lambda p_cache over the last --cache_window hidden states, with
+--cache_theta and --cache_lambda, or with the pair a grid search on the valid split picks
+(--cache_grid); the scores go under "neural_cache" in metrics.json.
+
+Examples:
   psmm-evaluate --workdir=/tmp/psmm_quickstart/psmm \
       --baseline_workdir=/tmp/psmm_quickstart/lstm --split=test
+  psmm-evaluate --workdir=/tmp/psmm_quickstart/lstm --cache_window=100 --cache_grid
 """
 
 import logging
@@ -37,7 +43,24 @@ flags.DEFINE_list("positions", None, "Target indices for the attention page (def
                   "the pointer took most mass, and a few random ones).")
 flags.DEFINE_integer("num_examples", 8, "Examples on the attention page when --positions is "
                      "not given.", lower_bound=1)
+flags.DEFINE_integer("cache_window", None, "Evaluate with a neural cache of this many previous "
+                     "hidden states too (Grave et al. 2017); unset: no cache.")
+flags.DEFINE_float("cache_theta", None, "Flatness theta >= 0 of the cache distribution "
+                   "(default 0.3; not with --cache_grid).")
+flags.DEFINE_float("cache_lambda", None, "Interpolation weight lambda in [0, 1] of the cache "
+                   "(default 0.1; not with --cache_grid).")
+flags.DEFINE_bool("cache_grid", False, "Choose theta and lambda by grid search on the valid "
+                  "split (its first --max_tokens), then evaluate that pair on --split.")
+flags.DEFINE_list("cache_thetas", None, "Thetas of --cache_grid (default: "
+                  "0.1,0.2,0.3,0.5,0.7,1.0).")
+flags.DEFINE_list("cache_lambdas", None, "Lambdas of --cache_grid (default: "
+                  "0.05,0.1,0.15,0.2,0.3,0.4).")
 flags.register_validator("workdir", bool, message="is required: a training run's folder.")
+flags.register_validator("cache_window", lambda v: v is None or v >= 1,
+                         message="must be an integer >= 1 (hidden states in the cache).")
+flags.register_validator("cache_theta", lambda v: v is None or v >= 0, message="must be >= 0.")
+flags.register_validator("cache_lambda", lambda v: v is None or 0 <= v <= 1,
+                         message="must be in [0, 1].")
 
 
 def _positions():
@@ -53,6 +76,50 @@ def _positions():
     return values
 
 
+def _floats(name, check, expected):
+    """The floats of list flag --`name`, each passing `check`, else exit naming the flag."""
+    values = getattr(FLAGS, name)
+    try:
+        numbers = [float(v) for v in values]
+    except ValueError:
+        numbers = None
+    if not numbers or not all(check(x) for x in numbers):
+        sys.exit(f"FATAL Flags error: --{name} must be a comma-separated list of {expected}, "
+                 f"got {','.join(values)!r}.")
+    return tuple(numbers)
+
+
+def _cache_options():
+    """The neural cache flags as keyword arguments of `CacheSettings` (None: no cache)."""
+    cache_flags = ("cache_theta", "cache_lambda", "cache_grid", "cache_thetas", "cache_lambdas")
+    if FLAGS.cache_window is None:
+        given = [f"--{name}" for name in cache_flags if FLAGS[name].present]
+        if given:
+            sys.exit(f"FATAL Flags error: {', '.join(given)} given without --cache_window "
+                     "(the number of hidden states in the cache).")
+        return None
+    options = {"window": FLAGS.cache_window, "search": FLAGS.cache_grid}
+    if FLAGS.cache_grid:
+        given = [f"--{n}" for n in ("cache_theta", "cache_lambda") if FLAGS[n].present]
+        if given:
+            sys.exit(f"FATAL Flags error: {', '.join(given)} cannot be combined with "
+                     "--cache_grid, which chooses them; give --cache_thetas/--cache_lambdas.")
+        if FLAGS.cache_thetas is not None:
+            options["thetas"] = _floats("cache_thetas", lambda x: x >= 0, "thetas >= 0")
+        if FLAGS.cache_lambdas is not None:
+            options["lambdas"] = _floats("cache_lambdas", lambda x: 0 <= x <= 1,
+                                         "lambdas in [0, 1]")
+    else:
+        given = [f"--{n}" for n in ("cache_thetas", "cache_lambdas") if FLAGS[n].present]
+        if given:
+            sys.exit(f"FATAL Flags error: {', '.join(given)} given without --cache_grid.")
+        if FLAGS.cache_theta is not None:
+            options["theta"] = FLAGS.cache_theta
+        if FLAGS.cache_lambda is not None:
+            options["lam"] = FLAGS.cache_lambda
+    return options
+
+
 def _main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -60,26 +127,30 @@ def _main(argv):
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     from pathlib import Path
 
+    cache_options = _cache_options()
     workdir = Path(FLAGS.workdir)
     for needed in ("config.json", "vocab.txt"):
         if not (workdir / needed).is_file():
             sys.exit(f"FATAL Flags error: --workdir={workdir} has no {needed}; expected the "
                      "folder of a training run.")
     positions = _positions()
-    from psmm_tf.training import evaluation_report
+    from psmm_tf.training import cache_evaluation, evaluation_report
 
+    cache = None if cache_options is None else cache_evaluation.CacheSettings(**cache_options)
     output_dir = FLAGS.output_dir or workdir / f"evaluation_{FLAGS.split}"
     metrics = evaluation_report.evaluation_report(
         workdir, output_dir, split=FLAGS.split, baseline_workdir=FLAGS.baseline_workdir,
         data_dir=FLAGS.data_dir, max_tokens=FLAGS.max_tokens, batch_size=FLAGS.batch_size,
         length=FLAGS.length, num_buckets=FLAGS.num_buckets, bucket_by=FLAGS.bucket_by,
-        positions=positions, num_examples=FLAGS.num_examples)
+        positions=positions, num_examples=FLAGS.num_examples, cache=cache)
     print(f"{metrics['model']} {FLAGS.split} perplexity {metrics['perplexity']:.2f} "
           f"({metrics['num_targets']} targets), mean gate {metrics['gate']['mean']:.3f}")
     if "baseline_perplexity" in metrics:
         print(f"baseline {FLAGS.split} perplexity {metrics['baseline_perplexity']:.2f}; ratio "
               f"{metrics['perplexity'] / metrics['baseline_perplexity']:.3f}")
         print((Path(output_dir) / "frequency_buckets.md").read_text())
+    if "neural_cache" in metrics:
+        print(cache_evaluation.format_cache_metrics(metrics["neural_cache"]))
     print(f"report written to {output_dir}")
 
 

@@ -55,6 +55,34 @@ class EvaluateCommandTest(tf.test.TestCase):
         done = _evaluate(f"--workdir={self.get_temp_dir()}", "--split=dev")
         self.assertIn("flag --split=dev: value should be one of <train|valid|test>", done.stderr)
 
+    def test_refuses_bad_cache_flags_naming_the_flag(self):
+        workdir = self.get_temp_dir()  # refused before the workdir is even read
+        cases = [
+            (["--cache_window=0"], "flag --cache_window=0: must be an integer >= 1"),
+            (["--cache_window=5", "--cache_theta=-0.5"], "flag --cache_theta=-0.5: must be >= 0"),
+            (["--cache_window=5", "--cache_lambda=1.5"],
+             r"flag --cache_lambda=1.5: must be in [0, 1]"),
+            (["--cache_window=5", "--cache_lambda=-0.1"],
+             r"flag --cache_lambda=-0.1: must be in [0, 1]"),
+            (["--cache_grid"], "--cache_grid given without --cache_window"),
+            (["--cache_theta=0.3", "--cache_lambda=0.1"],
+             "--cache_theta, --cache_lambda given without --cache_window"),
+            (["--cache_window=5", "--cache_grid", "--cache_thetas=0.1,-2"],
+             "--cache_thetas must be a comma-separated list of thetas >= 0, got '0.1,-2'"),
+            (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,x"],
+             "--cache_lambdas must be a comma-separated list of lambdas in [0, 1]"),
+            (["--cache_window=5", "--cache_grid", "--cache_theta=0.3"],
+             "--cache_theta cannot be combined with --cache_grid"),
+            (["--cache_window=5", "--cache_lambdas=0.1"],
+             "--cache_lambdas given without --cache_grid"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                done = _evaluate(f"--workdir={workdir}", *args)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(message, done.stderr)
+                self.assertNotIn("has no config.json", done.stderr)
+
 
 if __name__ == "__main__":
     tf.test.main()

@@ -11,7 +11,13 @@ import numpy as np
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.models import build_model
-from psmm_tf.training import analysis, checkpointing, corpus_setup, visualisation
+from psmm_tf.training import (
+    analysis,
+    cache_evaluation,
+    checkpointing,
+    corpus_setup,
+    visualisation,
+)
 from psmm_tf.training.evaluation import Evaluator
 
 
@@ -56,9 +62,15 @@ def load_trained_run(workdir, data_dir=None):
     return TrainedRun(config=config, corpus=corpus, model=model, source=source)
 
 
+def model_label(model_config):
+    """The model's kind, with "+input_output_gate" for a gate on a trained model."""
+    suffix = "+input_output_gate" if model_config.base_model is not None else ""
+    return model_config.kind + suffix
+
+
 def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
                       max_tokens=None, batch_size=1, length=None, num_buckets=10,
-                      bucket_by="types", positions=None, num_examples=8):
+                      bucket_by="types", positions=None, num_examples=8, cache=None):
     """Evaluates a run on a split and writes the report files into `output_dir`.
 
     Files: `metrics.json` (perplexity, gate statistics, and with a baseline the Figure 4 rows),
@@ -75,6 +87,9 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         num_buckets, bucket_by: frequency buckets (see `analysis.frequency_buckets`).
         positions: optional target indices for the attention page (default: chosen).
         num_examples: int. Examples chosen when `positions` is None.
+        cache: optional `cache_evaluation.CacheSettings`: also evaluate with a neural cache
+            (Grave et al. 2017), its theta and lambda given or searched on the validation
+            split; the result goes under `neural_cache` (see `cache_evaluation.cache_metrics`).
 
     Returns:
         dict: the contents of `metrics.json`.
@@ -97,7 +112,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
                                 attention_positions=(positions or ()) if has_pointer else ())
     bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
     metrics = {
-        "workdir": str(workdir), "model": run.config.model.kind, "split": split,
+        "workdir": str(workdir), "model": model_label(run.config.model), "split": split,
         "model_source": run.source, "num_targets": result.num_targets,
         "perplexity": result.perplexity,
         "gate": analysis.gate_statistics(result.gate, targets, in_window, bucket_of, num_buckets),
@@ -111,7 +126,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             ids, collect=True)
         rows = analysis.bucket_comparison(targets, result.nll, other.nll, bucket_of,
                                           run.corpus.train_counts, num_buckets)
-        names = (run.config.model.kind, baseline.config.model.kind)
+        names = (model_label(run.config.model), model_label(baseline.config.model))
         if names[0] == names[1]:
             names = ("model", "baseline")
         (output_dir / "frequency_buckets.md").write_text(
@@ -126,10 +141,14 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             "weights": entry["weights"].tolist(), "target": words[targets[j]],
             "gate": float(result.gate[j]), "probability": math.exp(-result.nll[j]),
         } for j, entry in sorted(result.attention.items())]
-        title = f"Pointer attention: {run.config.model.kind} on {split} ({workdir})"
+        title = f"Pointer attention: {model_label(run.config.model)} on {split} ({workdir})"
         (output_dir / "attention.html").write_text(
             visualisation.render_attention_html(examples, title), encoding="utf-8")
         metrics["attention_positions"] = sorted(result.attention)
+    if cache is not None:
+        metrics["neural_cache"] = cache_evaluation.cache_metrics(
+            cache, split, workdir=workdir, run=run, data_dir=data_dir, max_tokens=max_tokens,
+            batch_size=batch_size, length=length)
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_plain))
     return metrics
 

@@ -1,0 +1,122 @@
+"""The cache evaluation of trained runs against a NumPy loop over Grave et al.'s equations."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from psmm_tf import configs
+from psmm_tf.training import cache_evaluation, train_lib
+from psmm_tf.training.evaluation import Evaluator
+from psmm_tf.training.evaluation_report import load_trained_run
+
+NUM_TOKENS = 61  # 60 targets, read in windows of 7 so the cache crosses window boundaries
+
+
+def reference_perplexities(model, ids, window, theta, lam):
+    """Perplexity without and with the cache, one target and one cache entry at a time.
+
+    The model's own outputs on the whole text in one call: `log p_model(y_t)` from `score` and
+    the top layer's `h_t`. Then (Grave et al. eq. 2, 4), for target t:
+    p_cache(y_t) = sum_{i in [t-W, t), y_i = y_t} exp(theta h_t.h_i) / sum_{i in [t-W, t)} ...
+    and p = (1 - lam) p_model + lam p_cache, except at t = 0 (no history): p = p_model.
+    """
+    inputs, targets = ids[None, :-1], ids[None, 1:]
+    model_log_probs = model.score(inputs, targets)["log_probs"].numpy()[0].astype(np.float64)
+    hidden = model(inputs, memory=model.empty_memory(1))["hidden"].numpy()[0].astype(np.float64)
+    nll = []
+    for t in range(len(targets[0])):
+        p_model = math.exp(model_log_probs[t])
+        history = range(max(0, t - window), t)
+        if not history:
+            nll.append(-math.log(p_model))
+            continue
+        scores = [math.exp(theta * float(hidden[t] @ hidden[i])) for i in history]
+        p_cache = sum(s for s, i in zip(scores, history) if targets[0, i] == targets[0, t])
+        p_cache /= sum(scores)
+        nll.append(-math.log((1 - lam) * p_model + lam * p_cache))
+    return math.exp(-model_log_probs.mean()), math.exp(np.mean(nll))
+
+
+class CacheEvaluationTest(tf.test.TestCase, parameterized.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "cache_evaluation"
+        cls.workdirs = {}
+        for kind in configs.MODEL_KINDS:
+            workdir = cls.base / kind
+            config = configs.get_preset("tiny").replace(
+                model={"kind": kind}, data={"synthetic_train_tokens": 4000},
+                train={"steps_per_epoch": 2, "max_epochs": 1, "max_eval_tokens": 40})
+            train_lib.run(config, workdir, verbose=0)
+            cls.workdirs[kind] = workdir
+
+    @parameterized.parameters(*configs.MODEL_KINDS)
+    def test_matches_the_equations_token_by_token(self, kind):
+        run = load_trained_run(self.workdirs[kind])
+        ids = run.corpus.ids["valid"][:NUM_TOKENS]
+        for window, theta, lam in ((5, 0.7, 0.3), (100, 0.2, 0.9)):
+            result = cache_evaluation.evaluate_with_cache(
+                self.workdirs[kind], "valid", window, theta, lam, max_tokens=NUM_TOKENS,
+                length=7)
+            model_ppl, cache_ppl = reference_perplexities(run.model, ids, window, theta, lam)
+            self.assertEqual(result["num_targets"], NUM_TOKENS - 1)
+            self.assertAllClose(result["model_perplexity"], model_ppl, rtol=2e-6)
+            self.assertAllClose(result["perplexity"], cache_ppl, rtol=2e-6)
+            self.assertNotAllClose(result["perplexity"], model_ppl, rtol=1e-3)  # it is used
+        exact = Evaluator(run.model, length=7).evaluate(ids)
+        self.assertAllClose(result["model_perplexity"], exact.perplexity, rtol=1e-6)
+
+    def test_grid_search_best_is_the_tables_argmin(self):
+        workdir = self.workdirs["psmm"]
+        thetas, lambdas = (0.0, 0.5, 2.0), (0.0, 0.2, 0.6)
+        search = cache_evaluation.search_cache(workdir, 6, thetas, lambdas, max_tokens=NUM_TOKENS,
+                                               length=9)
+        table = np.array([entry["perplexity"] for entry in search["grid"]]).reshape(3, 3)
+        self.assertEqual([(e["theta"], e["lambda"]) for e in search["grid"]],
+                         [(t, lam) for t in thetas for lam in lambdas])
+        i, j = np.unravel_index(np.argmin(table), table.shape)
+        self.assertEqual((search["best"]["theta"], search["best"]["lambda"]),
+                         (thetas[i], lambdas[j]))
+        self.assertEqual(search["best"]["perplexity"], table.min())
+        # lambda = 0 is the model alone, whatever theta.
+        self.assertAllClose(table[:, 0], [search["model_perplexity"]] * 3, rtol=1e-6)
+        direct = cache_evaluation.evaluate_with_cache(workdir, "valid", 6, thetas[i], lambdas[j],
+                                                      max_tokens=NUM_TOKENS, length=9)
+        self.assertAllClose(direct["perplexity"], table.min(), rtol=1e-6)
+
+    def test_cache_metrics_chooses_on_valid_and_applies_to_the_split(self):
+        workdir = self.workdirs["lstm"]
+        settings = cache_evaluation.CacheSettings(window=8, search=True, thetas=(0.1, 1.0),
+                                                  lambdas=(0.1, 0.4))
+        result = cache_evaluation.cache_metrics(settings, "test", workdir=workdir,
+                                                max_tokens=NUM_TOKENS, length=16)
+        best = result["search"]["best"]
+        self.assertEqual(result["search"]["split"], "valid")
+        self.assertEqual((result["split"], result["theta"], result["lambda"]),
+                         ("test", best["theta"], best["lambda"]))
+        direct = cache_evaluation.evaluate_with_cache(workdir, "test", 8, best["theta"],
+                                                      best["lambda"], max_tokens=NUM_TOKENS)
+        self.assertAllClose(result["perplexity"], direct["perplexity"], rtol=1e-6)
+        self.assertIn("best: theta", cache_evaluation.format_cache_metrics(result))
+
+    def test_rejects_bad_parameters(self):
+        cases = [({"window": 0}, r"window must be an integer >= 1, got 0"),
+                 ({"window": 5, "theta": -0.1}, r"theta must be >= 0, got -0.1"),
+                 ({"window": 5, "lam": 1.5}, r"lambda must be in \[0, 1\], got 1.5"),
+                 ({"window": 5, "search": True, "lambdas": (0.1, -1.0)},
+                  r"lambda must be in \[0, 1\], got -1.0"),
+                 ({"window": 5, "search": True, "thetas": ()}, "at least one theta")]
+        for kwargs, message in cases:
+            with self.subTest(kwargs=kwargs), self.assertRaisesRegex(ValueError, message):
+                cache_evaluation.CacheSettings(**kwargs)
+        with self.assertRaisesRegex(ValueError, r"lambda must be in \[0, 1\], got -0.5"):
+            cache_evaluation.evaluate_with_cache(self.workdirs["lstm"], lam=-0.5)
+
+
+if __name__ == "__main__":
+    tf.test.main()
