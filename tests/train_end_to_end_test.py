@@ -38,12 +38,14 @@ class SyntheticRunTest(tf.test.TestCase):
         for a, b in zip(model.weights, best.weights, strict=True):
             self.assertAllClose(a, b)  # one epoch: the best model is the last one
 
-        # The dropout / zoneout generator states are in the checkpoint, with their trained values.
+        # The dropout / zoneout generator states are in the checkpoint under `model`, with their
+        # trained values; no other key holds weights.
         names = dict(tf.train.list_variables(path))
-        rng_names = [n for n in names if n.startswith("rng/")]
-        states = checkpointing.seed_generator_states(model)
+        rng_names = [n for n in names if n.startswith("model/") and "rng_checkpoint" in n]
+        states = [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
         self.assertLen(rng_names, 5)  # 2 zoneout layers + 3 locked dropouts of the tiny model
         self.assertLen(states, 5)
+        self.assertFalse([n for n in names if n.startswith(("rng/", "weights/"))])
         reader = tf.train.load_checkpoint(path)
         counters = [reader.get_tensor(n)[1] for n in rng_names]
         self.assertTrue(all(c > 0 for c in counters), counters)

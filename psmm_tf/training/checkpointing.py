@@ -16,8 +16,12 @@ A checkpoint holds, under these keys:
     schedule    `PlateauSchedule`: learning rate, best / previous perplexity, bad epochs
     progress    epoch, step within it (the next window to read), global step
     carry       the LSTM state and pointer memory carried into that next window, global rows
-    rng         the state of every dropout / zoneout `SeedGenerator` of the model (also under
-                `model` since the layers hold it; kept explicit so a resume never depends on it)
+Under `model` are every weight and the state of every dropout / zoneout / sampling
+`SeedGenerator` (each layer holds its generator's state in a `tf.Module`, see
+`psmm_tf.layers.random_state`), so a resumed run draws the masks an uninterrupted one draws.
+Checkpoints written before that held copies under two more keys, `weights` and `rng`; they
+restore into this object graph unchanged (a restore matches the objects it has, and the extra
+keys point at the same saved values).
 `CheckpointManager.save` writes the files first and then updates the `checkpoint` index, so a
 kill mid-write leaves the previous checkpoint as the latest.
 """
@@ -32,17 +36,6 @@ HISTORY_FILE = "history.json"
 STEPS_FILE = "steps.jsonl"
 RESULTS_FILE = "results.json"
 TENSORBOARD_DIR = "tensorboard"
-
-
-def seed_generator_states(model):
-    """The state variables of the model's `keras.random.SeedGenerator`s, in a stable order.
-
-    Keras keeps seed generators outside the trackable object graph (the package's layers now
-    also hold their states in a `tf.Module`); without them a resumed run would draw other
-    dropout and zoneout masks than an uninterrupted one, so the run's checkpoint tracks them
-    explicitly under `rng`.
-    """
-    return [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
 
 
 class Progress(tf.Module):
@@ -106,19 +99,10 @@ class Carry(tf.Module):
         return state, memory
 
 
-class RngState(tf.Module):
-    """Holds the seed-generator state variables so a checkpoint tracks them."""
-
-    def __init__(self, variables):
-        super().__init__(name="rng")
-        self.variables_list = list(variables)
-
-
 def make_checkpoint(model, optimizer, schedule, progress, carry):
     """The `tf.train.Checkpoint` of a run, with the keys listed in this module's docstring."""
     return tf.train.Checkpoint(model=model, optimizer=optimizer, schedule=schedule,
-                               progress=progress, carry=carry,
-                               rng=RngState(seed_generator_states(model)))
+                               progress=progress, carry=carry)
 
 
 def make_manager(checkpoint, directory, max_to_keep):
