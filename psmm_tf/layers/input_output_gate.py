@@ -5,6 +5,9 @@ from keras import ops
 
 from psmm_tf.layers.random_state import checkpointed_seed_generator
 
+# sigmoid(3) = 0.953: a new gate barely changes the logits it multiplies.
+INITIAL_BIAS = 3.0
+
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class InputOutputGate(keras.layers.Layer):
@@ -13,6 +16,10 @@ class InputOutputGate(keras.layers.Layer):
     `e'` is an embedding of its own (not the language model's). The gate multiplies the output
     layer's logits, `p(w_{t+1}) = softmax(g_t * (U h_t + b_U))`, so a trained model's output can
     be sharpened or flattened per input word without retraining it.
+
+    The bias starts at `INITIAL_BIAS` (sigmoid(3) = 0.95) and the embedding near 0, so a gate
+    attached to a trained model starts close to the identity: training starts from the trained
+    model's perplexity instead of from logits halved by a gate at sigmoid(0) = 0.5.
 
     Args:
         vocab_size: int. Number of input and output words.
@@ -44,6 +51,7 @@ class InputOutputGate(keras.layers.Layer):
         self.projection = keras.layers.Dense(
             vocab_size, activation="sigmoid", name="projection",
             kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
+            bias_initializer=keras.initializers.Constant(INITIAL_BIAS),
         )
 
     def build(self, input_shape=None):

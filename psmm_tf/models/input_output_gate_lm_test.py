@@ -33,6 +33,16 @@ class InputOutputGateLMTest(testing.TestCase):
         expected = np.take_along_axis(log_softmax, text[:, 1:, None], -1)[..., 0]
         self.assertAllClose(actual, expected, atol=1e-5)
 
+    def test_a_new_gate_starts_close_to_the_identity(self):
+        base = _base(LSTMLanguageModel)
+        model = InputOutputGateLM(base, embedding_dim=4, seed=1)
+        text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
+        gate = model.gate(text).numpy()
+        self.assertGreater(gate.min(), 0.9)  # sigmoid(3) = 0.953, plus W e' near 0
+        gated = model.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
+        plain = base.score(text[:, :-1], text[:, 1:])["log_probs"].numpy()
+        self.assertAllClose(gated, plain, atol=0.1 * np.abs(plain).max())
+
     def test_training_changes_only_the_gate(self):
         base = _base(PointerSentinelLM)
         model = InputOutputGateLM(base, embedding_dim=4, dropout=0.5, seed=1)
