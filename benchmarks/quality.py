@@ -59,6 +59,8 @@ flags.DEFINE_list("cache_thetas", ["0.1", "0.2", "0.3", "0.5", "0.7", "1.0"],
                   "Cache flatness values searched on the valid split.")
 flags.DEFINE_list("cache_lambdas", ["0.05", "0.1", "0.15", "0.2", "0.3"],
                   "Cache interpolation weights searched on the valid split.")
+flags.DEFINE_bool("redo_rows", False, "Recompute rows already in quality.json (by default "
+                  "they are kept: a row is written only once complete).")
 flags.DEFINE_enum("preset", "small", sorted(configs.PRESETS), "Model and training preset.")
 flags.DEFINE_integer("seed", 0, "Seed shared by all runs.")
 
@@ -132,6 +134,8 @@ def _suite(suite, data, out, previous):
     wanted = [r for r in FLAGS.rows if r in TRAINED_KINDS]
     wanted += [r for r in FLAGS.rows if r not in TRAINED_KINDS]
     for row in wanted:
+        if row in rows and not FLAGS.redo_rows:
+            continue
         start = time.time()
         if row in TRAINED_KINDS:
             rows[row] = _trained_row(suite, row, data, out)

@@ -3,6 +3,8 @@ r"""Exports a trained language model as a TF Serving SavedModel: `<export_base>/
 The export is a plain SavedModel (loadable without Python code from this repository) with the
 signatures of `export.serving_module`, the vocabulary as an asset, warmup requests in
 `assets.extra/tf_serving_warmup_requests` and the run's config in `assets.extra/config.json`.
+The workdir of an input-to-output gate run (its config's `model.base_model` is set) is exported
+from its `model.keras`, which holds the frozen model and the gate.
 It is written to a hidden temporary folder beside the versions (TF Serving ignores non-numeric
 names) and renamed into place at the end, so a failed export leaves nothing behind and a
 version is never overwritten.
@@ -16,6 +18,7 @@ psmm-export --checkpoint=/runs/ptb/checkpoints/ckpt-40 --config=... --vocab=... 
 ```
 """
 
+import json
 import os
 import shutil
 import sys
@@ -102,7 +105,9 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
     """The model to export, its vocabulary file and config JSON (or None), from one source.
 
     Args:
-        workdir: str. A training workdir: `config.json`, `vocab.txt`, `checkpoints/`.
+        workdir: str. A training workdir: `config.json`, `vocab.txt`, and `checkpoints/` (the
+            latest is exported) or, for an input-to-output gate run (`model.base_model` set in
+            its config), `model.keras`.
         keras_model: str. A `.keras` file (then `vocab` is required, `config` optional).
         checkpoint: str. A checkpoint prefix or folder (then `config` and `vocab` required).
         config, vocab: str. Override the workdir's files.
@@ -115,13 +120,14 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
     if workdir is not None:
         config = config or os.path.join(workdir, "config.json")
         vocab = vocab or os.path.join(workdir, "vocab.txt")
-        checkpoint = os.path.join(workdir, "checkpoints")
     if vocab is None:
         raise ValueError("--vocab is required with --keras_model and --checkpoint.")
     config_json = None
     if config is not None:
         with open(config, encoding="utf-8") as f:
             config_json = f.read()
+    if workdir is not None:
+        keras_model, checkpoint = _workdir_source(workdir, config_json)
     if keras_model is not None:
         model = keras.saving.load_model(keras_model)
     else:
@@ -131,6 +137,23 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
         model.set_vocabulary(Vocabulary.load(vocab).tokens)
         restore_checkpoint(model, checkpoint)
     return model, vocab, config_json
+
+
+def _workdir_source(workdir, config_json):
+    """`(keras_model, checkpoint)` of a workdir: the model.keras of a gate run, else checkpoints.
+
+    The model of an input-to-output gate run is built from another run's model.keras
+    (`model.base_model`), which may have moved since; its own model.keras holds it all.
+    """
+    if not json.loads(config_json).get("model", {}).get("base_model"):
+        return None, os.path.join(workdir, "checkpoints")
+    path = os.path.join(workdir, "model.keras")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{workdir} is an input-to-output gate run (its config sets model.base_model), "
+            f"exported from its model.keras, and {path} does not exist (the trainer writes it at "
+            "its first validation); use --checkpoint with --config and --vocab instead.")
+    return path, None
 
 
 def next_version(export_base):

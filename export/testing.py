@@ -11,7 +11,10 @@ import functools
 import http.server
 import json
 import os
+import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 
@@ -168,6 +171,61 @@ class GrpcServer:
 
     def __exit__(self, *exc):
         self.server.stop(grace=None).wait(10)
+
+
+_FRESH_PROCESS_SCRIPT = """
+import os, pickle, sys
+sys.modules["psmm_tf"] = None  # any import of the package now fails
+sys.modules["export"] = None
+sys.path = [p for p in sys.path if p and os.path.abspath(p) != {repo!r}]
+import tensorflow as tf
+with open({requests!r}, "rb") as f:
+    requests = pickle.load(f)
+results, loaded = {{}}, {{}}
+for key, export_dir, signature, inputs, state_from in requests:
+    if export_dir not in loaded:
+        loaded[export_dir] = tf.saved_model.load(export_dir)
+    function = loaded[export_dir].signatures[signature]
+    _, specs = function.structured_input_signature
+    if state_from is not None:
+        inputs = {{**{{n: results[state_from][n] for n in specs if n not in inputs}}, **inputs}}
+    outputs = function(**{{n: tf.constant(v, specs[n].dtype) for n, v in inputs.items()}})
+    results[key] = {{n: v.numpy() for n, v in outputs.items()}}
+try:
+    import psmm_tf  # noqa: F401
+    results["psmm_tf_importable"] = True
+except ImportError:
+    results["psmm_tf_importable"] = False
+with open({outputs!r}, "wb") as f:
+    pickle.dump(results, f)
+"""
+
+
+def signatures_in_fresh_process(requests, folder, timeout=300):
+    """Runs signature calls in a new Python process in which psmm_tf and export are absent.
+
+    Args:
+        requests: list of `(key, export_dir, signature_name, inputs, state_from)`: `inputs` a
+            dict of NumPy arrays or lists; `state_from` None or the key of an earlier request
+            whose outputs fill the inputs not given (the carried state of a stream).
+        folder: str. Where the request and result files go.
+
+    Returns:
+        `{key: {output name: NumPy array}}`, and `"psmm_tf_importable"`: bool (False).
+    """
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = {name: os.path.join(folder, f"fresh_{name}.pkl") for name in ("requests", "outputs")}
+    with open(paths["requests"], "wb") as f:
+        pickle.dump(requests, f)
+    script = _FRESH_PROCESS_SCRIPT.format(repo=repo, **paths)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    result = subprocess.run([sys.executable, "-c", script], cwd=folder,
+                            env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"The fresh process failed:\n{result.stderr[-3000:]}")
+    with open(paths["outputs"], "rb") as f:
+        return pickle.load(f)
 
 
 def file_listing(path):
