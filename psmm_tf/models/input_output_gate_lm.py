@@ -43,7 +43,6 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
     # The wrapped model's sizes, state and memory are this model's.
     vocab_size = property(lambda self: self.base_model.vocab_size)
     hidden_dim = property(lambda self: self.base_model.hidden_dim)
-    num_layers = property(lambda self: self.base_model.num_layers)
     window_size = property(lambda self: self.base_model.window_size)
     memory_size = property(lambda self: self.base_model.memory_size)
     num_layers = property(lambda self: self.base_model.num_layers)
