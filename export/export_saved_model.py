@@ -4,7 +4,10 @@ The export is a plain SavedModel (loadable without Python code from this reposit
 signatures of `export.serving_module`, the vocabulary as an asset, warmup requests in
 `assets.extra/tf_serving_warmup_requests` and the run's config in `assets.extra/config.json`.
 The workdir of an input-to-output gate run (its config's `model.base_model` is set) is exported
-from its `model.keras`, which holds the frozen model and the gate.
+from its `model.keras`, which holds the frozen model and the gate. `--cache_window` (with
+`--cache_theta`, `--cache_lambda`) exports the model with a neural cache (Grave et al. 2017,
+`export.cache`): every score and `predict_next` use `(1 - lambda) p_model + lambda p_cache`, the
+stream signatures carry the cache as state, and `assets.extra/neural_cache.json` records it.
 It is written to a hidden temporary folder beside the versions (TF Serving ignores non-numeric
 names) and renamed into place at the end, so a failed export leaves nothing behind and a
 version is never overwritten.
@@ -15,6 +18,8 @@ psmm-export --workdir=/runs/ptb --export_base=/models/psmm            # latest c
 psmm-export --keras_model=/runs/ptb/model.keras --vocab=/runs/ptb/vocab.txt \
     --config=/runs/ptb/config.json --export_base=/models/psmm --version=3
 psmm-export --checkpoint=/runs/ptb/checkpoints/ckpt-40 --config=... --vocab=... --export_base=...
+psmm-export --workdir=/runs/ptb --export_base=/models/psmm_cache \
+    --cache_window=2000 --cache_theta=0.3 --cache_lambda=0.1   # tuned: psmm-evaluate --cache_grid
 ```
 """
 
@@ -30,11 +35,11 @@ from absl import app, flags
 from tensorflow.core.protobuf import saved_model_pb2
 
 import psmm_tf.models  # noqa: F401  (registers the custom Keras objects for load_model)
-from export import warmup
+from export import cache, warmup
 from export.serving_module import ServingModule
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import Vocabulary
-from psmm_tf.models import build_model
+from psmm_tf.models import NeuralCache, build_model
 
 # Its own flag registry: psmm-export's flags (--workdir, ...) share names with psmm-train's, and
 # both modules are imported by one test process; the global absl FLAGS would refuse the second.
@@ -74,6 +79,27 @@ flags.DEFINE_integer(
 flags.DEFINE_string(
     "model_name", "psmm", "Model name in the warmup requests.", flag_values=EXPORT_FLAGS
 )
+DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = 0.3, 0.1
+flags.DEFINE_integer(
+    "cache_window",
+    None,
+    "Export with a neural cache (Grave et al. 2017) of this many previous hidden states.",
+    flag_values=EXPORT_FLAGS,
+)
+flags.DEFINE_float(
+    "cache_theta",
+    None,
+    f"Flatness of the cache distribution, >= 0 (with --cache_window; default "
+    f"{DEFAULT_CACHE_THETA}).",
+    flag_values=EXPORT_FLAGS,
+)
+flags.DEFINE_float(
+    "cache_lambda",
+    None,
+    f"Interpolation weight of the cache, in [0, 1] (with --cache_window; default "
+    f"{DEFAULT_CACHE_LAMBDA}).",
+    flag_values=EXPORT_FLAGS,
+)
 
 INPUT_SHAPES = {
     "texts": "(batch,) string",
@@ -86,7 +112,49 @@ INPUT_SHAPES = {
     "last_id": "(batch,) int32",
     "batch_size": "() int32",
     "k": "() int32",
+    "cache_hidden": "(batch, cache_window, hidden) float32",
+    "cache_ids": "(batch, cache_window) int32",
+    "cache_mask": "(batch, cache_window) bool",
 }
+
+
+def cache_settings(window=None, theta=None, lam=None):
+    """The `CacheSettings` of the `--cache_*` flags, or None without `--cache_window`.
+
+    Raises:
+        ValueError: naming the flag that is invalid, or given without `--cache_window`.
+    """
+    if window is None:
+        given = [f"--cache_{name}" for name, value in (("theta", theta), ("lambda", lam))
+                 if value is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} given without --cache_window: the cache "
+                             "needs its window (the number of previous hidden states).")
+        return None
+    theta = DEFAULT_CACHE_THETA if theta is None else theta
+    lam = DEFAULT_CACHE_LAMBDA if lam is None else lam
+    cache.check_settings(window, theta, lam, ("--cache_window", "--cache_theta",
+                                              "--cache_lambda"))
+    return cache.CacheSettings(window, theta, lam)
+
+
+def _validate_cache_flags(values):
+    try:
+        cache_settings(values["cache_window"], values["cache_theta"], values["cache_lambda"])
+    except ValueError as error:
+        raise flags.ValidationError(str(error)) from None
+    return True
+
+
+flags.register_multi_flags_validator(["cache_window", "cache_theta", "cache_lambda"],
+                                     _validate_cache_flags, flag_values=EXPORT_FLAGS)
+
+
+def with_cache(model, settings):
+    """`model` with the neural cache of `settings` (a `CacheSettings`), or `model` if None."""
+    if settings is None:
+        return model
+    return NeuralCache(model, window=settings.window, theta=settings.theta, lam=settings.lam)
 
 
 def restore_checkpoint(model, checkpoint):
@@ -169,6 +237,13 @@ def next_version(export_base):
 def export(model, vocabulary_file, export_base, version=None, model_name="psmm", config_json=None):
     """Writes the SavedModel of `model` to `<export_base>/<version>/`; returns that path.
 
+    Args:
+        model: what `ServingModule` serves: a language model, an `InputOutputGateLM`, or a
+            `NeuralCache` over either (see `with_cache`).
+        vocabulary_file: str. export_base: str. version: optional int (default: the next).
+        model_name: str. The name in the warmup requests.
+        config_json: optional str. The run's config, copied to `assets.extra/config.json`.
+
     Raises:
         FileExistsError: if the version exists.
     """
@@ -191,11 +266,15 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
             module.hidden_dim,
             module.memory_size,
             module.eos_id,
+            module.cache.window if module.cache else None,
         )
         warmup.write_warmup_file(os.path.join(extra, warmup.WARMUP_FILE), model_name, requests)
         if config_json is not None:
             with open(os.path.join(extra, "config.json"), "w", encoding="utf-8") as f:
                 f.write(config_json)
+        if module.cache is not None:
+            with open(os.path.join(extra, cache.SETTINGS_FILE), "w", encoding="utf-8") as f:
+                f.write(module.cache.to_json())
         if os.path.exists(final):
             raise FileExistsError(f"{final} appeared during the export; not overwriting it.")
         os.rename(temporary, final)
@@ -211,6 +290,13 @@ def describe_signatures(export_dir):
     with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
         saved_model.ParseFromString(f.read())
     lines = []
+    settings_file = os.path.join(export_dir, "assets.extra", cache.SETTINGS_FILE)
+    if os.path.isfile(settings_file):
+        with open(settings_file, encoding="utf-8") as f:
+            settings = json.load(f)
+        lines.append(f"neural cache: window={settings['window']} theta={settings['theta']} "
+                     f"lambda={settings['lambda']} (p = (1 - lambda) p_model + lambda p_cache; "
+                     f"state {', '.join(settings['state'])})")
     for name, signature in sorted(saved_model.meta_graphs[0].signature_def.items()):
         if name.startswith("__"):  # __saved_model_init_op: the table initialisers
             continue
@@ -231,9 +317,11 @@ def _main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if FLAGS.export_base is None:
         raise app.UsageError("--export_base is required.")
+    settings = cache_settings(FLAGS.cache_window, FLAGS.cache_theta, FLAGS.cache_lambda)
     model, vocab, config_json = load_model(
         FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint, FLAGS.config, FLAGS.vocab
     )
+    model = with_cache(model, settings)
     path = export(model, vocab, FLAGS.export_base, FLAGS.version, FLAGS.model_name, config_json)
     print(f"Exported {path}")
     print(describe_signatures(path))

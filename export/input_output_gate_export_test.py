@@ -12,9 +12,10 @@ import tensorflow as tf
 from export import STATE_NAMES, export_saved_model, testing
 from export.export_saved_model_test import run_main
 from export.servability_test import servability_problems
+from export.serving_module import ServingModule
 from export.tokenization import reference_tokens
 from psmm_tf.data import Vocabulary
-from psmm_tf.models import InputOutputGateLM
+from psmm_tf.models import InputOutputGateLM, NeuralCache
 
 TEXTS = ["the cat sat on the mat", "a dog ran\nto the house and the cat",
          "the big red tree saw his dog"]
@@ -167,6 +168,20 @@ class InputOutputGateExportTest(tf.test.TestCase):
                                     [self.vocab.tokens[i] for i in order])
                 gate = outputs["gate"].numpy()[0, -1] if kind == "psmm" else 1.0
                 self.assertAllClose(out["gate"][row], gate, atol=1e-6)
+
+    def test_a_cache_over_the_gated_model(self):
+        # The two wrappers compose: the endpoints of NeuralCache(InputOutputGateLM(...)).
+        model = self.models["psmm"]
+        cache = NeuralCache(model, window=10, theta=1.0, lam=0.4)
+        module = ServingModule(cache, os.path.join(self.workdir, "vocab.txt"))
+        out = module.score({"token_ids": tf.constant(IDS), "lengths": tf.constant(LENGTHS)})
+        for row, length in enumerate(LENGTHS):
+            ids = IDS[row:row + 1, :length]
+            inputs = np.concatenate([[[self.vocab.eos_id]], ids[:, :-1]], axis=1)
+            expected = cache.score(inputs, ids)["log_probs"].numpy()[0]
+            self.assertAllClose(out["log_probs"][row][:length], expected, atol=1e-5)
+            if length > 2:
+                self.assertNotAllClose(expected, self.keras_scores(model, ids[0])[0])
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ text file or stdin, read as a corpus file: every line's words and an `<eos>`.
 
 By default the file is one document: lines are sent in chunks through `score_text_stream` with
 the carried state, so the perplexity is the exact one of the whole text, as evaluation gives.
+The state is whatever `initial_state` returns (with a neural cache export, the cache too).
 `--independent` scores every line on its own (batched through `serving_default`).
 
 Output (`--format text`): for every line, one `token<TAB>log_prob<TAB>gate` row per token and
@@ -27,7 +28,6 @@ import sys
 
 import numpy as np
 
-from export import STATE_NAMES
 from export.clients import GrpcClient, LocalClient, RestClient, ServingError
 
 
@@ -50,13 +50,16 @@ def _line_results(outputs, row, first_line):
 
 def score_document(client, lines, lines_per_request=64):
     """Scores `lines` as one document, in chunks with the carried state; yields line results."""
+    # The state tensors are the export's own: those of `initial_state` (STATE_NAMES, plus
+    # CACHE_STATE_NAMES for an export with a neural cache).
     state = client.predict("initial_state", {"batch_size": np.array(1, np.int32)})
+    names = sorted(state)
     for first in range(0, len(lines), lines_per_request):
         chunk = lines[first:first + lines_per_request]
         # The final "\n" ends the last line, so a chunk is never empty and blank lines count.
         texts = np.array(["\n".join(chunk) + "\n"], dtype=object)
         outputs = client.predict("score_text_stream", {"texts": texts, **state})
-        state = {name: outputs[name] for name in STATE_NAMES}
+        state = {name: outputs[name] for name in names}
         yield from _line_results(outputs, 0, first + 1)
 
 

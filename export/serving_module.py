@@ -25,19 +25,29 @@ tokens to score; the model reads `[last_id, token_ids[:-1]]`.
   `>= V` are context words outside the vocabulary), `top_probs` float32 `(B, k)` from the full
   mixture, `gate` float32 `(B,)`, and `pointer_words` string `(B, min(k, L))` with
   `pointer_probs` float32: the words of the window ranked by the pointer's probability.
+
+The model may be any `LanguageModel`, an `InputOutputGateLM` (the gated softmax is served), or
+a `NeuralCache` over either (Grave et al. 2017; `export.cache`). With a cache, `log_probs`,
+`log_likelihood`, `perplexity` and `top_probs` are those of `(1 - lambda) p_model + lambda
+p_cache` (`gate` stays the model's), and the state has three more tensors, in the stream
+signatures' inputs and outputs and in `initial_state`: `cache_hidden` float32 `(B, W, H)`,
+`cache_ids` int32 `(B, W)`, `cache_mask` bool `(B, W)` (`W` = the cache window).
 """
 
 import tensorflow as tf
 
-from export import STATE_NAMES, tokenization, validation
+from export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
 from export.next_word import next_word, top_words
 from psmm_tf.data import Vocabulary
+from psmm_tf.models import NeuralCache
 
 _STATE_DTYPES = (tf.float32, tf.float32, tf.int32, tf.bool, tf.int32)
 _TEXTS = {"texts": tf.TensorSpec(None, tf.string)}
 _IDS = {"token_ids": tf.TensorSpec(None, tf.int32), "lengths": tf.TensorSpec(None, tf.int32)}
 _STATE = {name: tf.TensorSpec(None, dtype) for name, dtype in zip(STATE_NAMES, _STATE_DTYPES,
                                                                    strict=True)}
+_CACHE_STATE = {name: tf.TensorSpec(None, dtype) for name, dtype in zip(
+    CACHE_STATE_NAMES, (tf.float32, tf.int32, tf.bool), strict=True)}
 # Rank and meaning of every signature input (checked at run time; see export.validation).
 INPUT_RANKS = {
     "texts": (1, "[batch_size]"), "token_ids": (2, "[batch_size, time]"),
@@ -45,15 +55,25 @@ INPUT_RANKS = {
     "memory_hidden": (3, "[batch_size, memory_size, hidden_dim]"),
     "memory_ids": (2, "[batch_size, memory_size]"), "memory_mask": (2, "[batch_size, memory_size]"),
     "last_id": (1, "[batch_size]"), "k": (0, "a scalar"), "batch_size": (0, "a scalar"),
+    "cache_hidden": (3, "[batch_size, cache_window, hidden_dim]"),
+    "cache_ids": (2, "[batch_size, cache_window]"), "cache_mask": (2, "[batch_size, cache_window]"),
 }
-ENDPOINTS = {
-    "score_text": _TEXTS,
-    "score": _IDS,
-    "score_text_stream": {**_TEXTS, **_STATE},
-    "score_stream": {**_IDS, **_STATE},
-    "initial_state": {"batch_size": tf.TensorSpec(None, tf.int32)},
-    "predict_next": {**_TEXTS, "k": tf.TensorSpec(None, tf.int32)},
-}
+
+
+def endpoint_specs(with_cache=False):
+    """`{endpoint: {input name: TensorSpec}}`; with a cache the stream endpoints take its state."""
+    state = {**_STATE, **_CACHE_STATE} if with_cache else _STATE
+    return {
+        "score_text": _TEXTS,
+        "score": _IDS,
+        "score_text_stream": {**_TEXTS, **state},
+        "score_stream": {**_IDS, **state},
+        "initial_state": {"batch_size": tf.TensorSpec(None, tf.int32)},
+        "predict_next": {**_TEXTS, "k": tf.TensorSpec(None, tf.int32)},
+    }
+
+
+ENDPOINTS = endpoint_specs()  # of an export without a cache
 
 
 def _keyword_signature(endpoint):
@@ -79,13 +99,24 @@ class ServingModule(tf.Module):
     `keras.layers.TFSMLayer` calls), and `signatures()` wraps them as keyword signatures.
 
     Args:
-        model: a `psmm_tf.models.LanguageModel` with a full or exact-in-evaluation softmax.
+        model: a `psmm_tf.models.LanguageModel` with a full or exact-in-evaluation softmax, an
+            `InputOutputGateLM` over one, or a `psmm_tf.models.NeuralCache` over either (its
+            window, theta and lambda are served; `cache` holds them).
         vocabulary_file: str. The vocabulary (one token per line, line number = id) with
             `<unk>` and `<eos>`; its size must be the model's `vocab_size`. It becomes an asset.
+
+    Attributes:
+        cache: `export.cache.CacheSettings` or None.
+        state_names: tuple of str, the state tensors of the stream signatures.
     """
 
     def __init__(self, model, vocabulary_file, name="psmm_serving"):
         super().__init__(name=name)
+        self.cache = None
+        if isinstance(model, NeuralCache):
+            self.cache, model = cache.CacheSettings.of(model), model.model
+        self.state_names = STATE_NAMES + (CACHE_STATE_NAMES if self.cache else ())
+        self._endpoints = endpoint_specs(with_cache=self.cache is not None)
         vocabulary = Vocabulary.load(vocabulary_file)
         if len(vocabulary) != model.vocab_size:
             raise ValueError(f"The vocabulary {vocabulary_file} has {len(vocabulary)} tokens; "
@@ -106,14 +137,14 @@ class ServingModule(tf.Module):
             tf.lookup.TextFileInitializer(vocabulary_file, tf.string, whole, tf.int64, line), -1)
         self.id_to_word = tf.lookup.StaticHashTable(
             tf.lookup.TextFileInitializer(vocabulary_file, tf.int64, line, tf.string, whole), "")
-        for endpoint, spec in ENDPOINTS.items():
+        for endpoint, spec in self._endpoints.items():
             setattr(self, endpoint, tf.function(getattr(self, "_" + endpoint),
                                                 input_signature=[spec], jit_compile=False))
 
     def signatures(self):
         """The signature map for `tf.saved_model.save` (`serving_default` = `score_text`)."""
         result = {}
-        for endpoint, spec in ENDPOINTS.items():
+        for endpoint, spec in self._endpoints.items():
             wrapper = _keyword_signature(getattr(self, endpoint))
             result[endpoint] = wrapper.get_concrete_function(
                 **{name: tf.TensorSpec(None, s.dtype, name=name) for name, s in spec.items()})
@@ -157,7 +188,7 @@ class ServingModule(tf.Module):
         model_ids = tf.where(tf.logical_and(mask, vocab_ids >= 0), vocab_ids, self.unk_id)
         outputs = self._held.model(model_ids, token_mask=mask, training=False)
         result = next_word(outputs, words, tf.where(mask, vocab_ids, 0), lengths,
-                           self.window_size, self.vocab_size)
+                           self.window_size, self.vocab_size, self.cache)
         return top_words(result, k, self.id_to_word, self.vocab_size, self.window_size)
 
     # Shared parts.
@@ -190,6 +221,8 @@ class ServingModule(tf.Module):
                 "memory_mask": ([batch_size, size], f"[batch_size, memory_size={size}]"),
                 "last_id": ([batch_size], "[batch_size]"),
             }
+            if self.cache is not None:
+                expected.update(cache.state_shapes(batch_size, self.cache.window, hidden))
             for name, (shape, meaning) in expected.items():
                 checks.append(validation.shape_check(
                     name, inputs[name], shape,
@@ -206,7 +239,7 @@ class ServingModule(tf.Module):
             mask = tf.sequence_mask(inputs["lengths"], time)
             checks.append(validation.ids_check("token_ids", inputs["token_ids"],
                                                self.vocab_size, mask))
-        for name in ("memory_ids", "last_id"):
+        for name in ("memory_ids", "last_id", "cache_ids"):
             if name in inputs:
                 checks.append(validation.ids_check(name, inputs[name], self.vocab_size))
         if "k" in inputs:
@@ -221,7 +254,7 @@ class ServingModule(tf.Module):
         if STATE_NAMES[0] not in inputs:
             batch = tf.shape(inputs["texts" if "texts" in inputs else "token_ids"])[0]
             return self._zero_state(batch)
-        return {name: inputs[name] for name in STATE_NAMES}
+        return {name: inputs[name] for name in self.state_names}
 
     def _text_scores(self, inputs):
         tokens = tokenization.text_tokens(inputs["texts"], finish_last_line=True)
@@ -245,17 +278,22 @@ class ServingModule(tf.Module):
         model = self._held.model
         outputs = model(inputs, token_mask=mask, state=lstm_state, memory=memory,
                         training=False)
-        log_probs = tf.where(mask, model.log_prob(outputs, token_ids), 0.0)
+        log_probs = model.log_prob(outputs, token_ids)
+        new_state = {}
+        if self.cache is not None:
+            log_probs, new_state = cache.cached_log_probs(self.cache, log_probs, outputs["hidden"],
+                                                          token_ids, lengths, state)
+        log_probs = tf.where(mask, log_probs, 0.0)
         gate = tf.where(mask, outputs["gate"], 0.0) if "gate" in outputs else (
             tf.cast(mask, tf.float32))
         log_likelihood = tf.reduce_sum(log_probs, axis=1)
         scores = {"log_probs": log_probs, "gate": gate, "num_tokens": lengths,
                   "log_likelihood": log_likelihood,
                   "perplexity": tf.exp(-log_likelihood / tf.cast(lengths, tf.float32))}
-        new_state = {
+        new_state.update({
             "lstm_state": tf.stack([tf.stack(pair, axis=1) for pair in outputs["state"]], axis=1),
             "last_id": tf.gather(token_ids, lengths - 1, batch_dims=1),
-        }
+        })
         # The model keeps the last M keys of the padded window; a padded row needs the last M
         # keys before its own end, or its next piece would lose real keys to padding slots.
         slots = lengths[:, None] + tf.range(self.memory_size)[None, :]
@@ -267,10 +305,13 @@ class ServingModule(tf.Module):
 
     def _zero_state(self, batch_size):
         lstm = tf.zeros([batch_size, self.num_layers, 2, self.hidden_dim])
-        return {
+        state = {
             "lstm_state": lstm,
             "memory_hidden": tf.zeros([batch_size, self.memory_size, self.hidden_dim]),
             "memory_ids": tf.zeros([batch_size, self.memory_size], tf.int32),
             "memory_mask": tf.zeros([batch_size, self.memory_size], tf.bool),
             "last_id": tf.fill([batch_size], self.eos_id),
         }
+        if self.cache is not None:
+            state.update(cache.zero_state(batch_size, self.cache.window, self.hidden_dim))
+        return state

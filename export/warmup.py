@@ -2,7 +2,8 @@
 
 TF Serving replays these `PredictionLog` records when it loads a version, before it reports the
 version available, so the first real requests do not pay for graph optimisation and memory
-allocation. The requests cover every signature at two batch sizes and two lengths.
+allocation. The requests cover every signature at two batch sizes and two lengths; the stream
+signatures of an export with a neural cache get its state too.
 """
 
 import numpy as np
@@ -19,24 +20,36 @@ def sample_texts(tokens, batch_size, num_words, seed=0):
     return [" ".join(rng.choice(words, size=num_words)) for _ in range(batch_size)]
 
 
-def zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id):
-    """The state inputs of the stream signatures for `batch_size` fresh texts (numpy)."""
-    return {
+def zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id, cache_window=None):
+    """The state inputs of the stream signatures for `batch_size` fresh texts (numpy).
+
+    With `cache_window` (int `W`), also the neural cache's `cache_hidden` `(B, W, H)`,
+    `cache_ids` `(B, W)` and `cache_mask` `(B, W)`.
+    """
+    state = {
         "lstm_state": np.zeros([batch_size, num_layers, 2, hidden_dim], np.float32),
         "memory_hidden": np.zeros([batch_size, memory_size, hidden_dim], np.float32),
         "memory_ids": np.zeros([batch_size, memory_size], np.int32),
         "memory_mask": np.zeros([batch_size, memory_size], bool),
         "last_id": np.full([batch_size], eos_id, np.int32),
     }
+    if cache_window is not None:
+        state.update({
+            "cache_hidden": np.zeros([batch_size, cache_window, hidden_dim], np.float32),
+            "cache_ids": np.zeros([batch_size, cache_window], np.int32),
+            "cache_mask": np.zeros([batch_size, cache_window], bool),
+        })
+    return state
 
 
-def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id):
+def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id, cache_window=None):
     """`(signature_name, inputs)` pairs: every signature at batch sizes 1 and 8.
 
     Args:
         tokens: sequence of str. The vocabulary.
         num_layers, hidden_dim, memory_size: the model's state sizes.
         eos_id: int. The id of `<eos>`.
+        cache_window: optional int. The neural cache's window, for exports with a cache.
 
     Returns:
         list of `(str, dict of numpy arrays)`.
@@ -47,7 +60,8 @@ def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id):
         ids = np.random.default_rng(batch_size).integers(
             0, len(tokens), size=(batch_size, num_words)).astype(np.int32)
         lengths = np.full([batch_size], num_words, np.int32)
-        state = zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id)
+        state = zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id,
+                           cache_window)
         requests += [
             ("serving_default", {"texts": texts}),
             ("score", {"token_ids": ids, "lengths": lengths}),
