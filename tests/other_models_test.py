@@ -10,7 +10,6 @@ from absl.testing import parameterized
 from psmm_tf.data import Vocabulary, evaluation_windows, load_splits
 from psmm_tf.models import cache_grid_search
 from psmm_tf.training import train_lib
-
 from tests.train_testlib import tiny_config
 
 
