@@ -31,21 +31,6 @@ LINES = ["the cat sat on the mat", "", "a zebra saw the cat", "the cat ran to th
          "his dog was big and red", "it saw a bird in the tree and the cat"]
 
 
-def reference_log_probs(model_log_probs, hidden, targets, theta, lam, window):
-    """One text: `log((1 - lam) p_model + lam p_cache)`, p_cache over states `[t - W, t)`."""
-    out = np.array(model_log_probs, np.float64)
-    for t in range(len(targets)):
-        history = range(max(0, t - window), t)
-        if not history:
-            continue  # no history: the model alone
-        scores = np.array([theta * hidden[t] @ hidden[i] for i in history])
-        weights = np.exp(scores - scores.max())
-        weights /= weights.sum()
-        p_cache = sum(w for w, i in zip(weights, history) if targets[i] == targets[t])
-        out[t] = np.log((1 - lam) * np.exp(model_log_probs[t]) + lam * p_cache)
-    return out
-
-
 def reference_next_word(model, vocab, context, window, theta, lam):
     """`{word: p}` after `context`: the model's mixture (out-of-vocabulary words pointed at
     moved from `<unk>` to themselves) interpolated with the cache over the last `window`
@@ -119,7 +104,8 @@ class CacheExportTest(psmm_testing.TestCase):
         inputs = self.inputs_of(ids)
         model_log_probs = self.model.score(inputs, ids)["log_probs"].numpy()[0]
         hidden = self.model(inputs)["hidden"].numpy()[0].astype(np.float64)
-        return reference_log_probs(model_log_probs, hidden, ids[0], THETA, LAMBDA, WINDOW)
+        return psmm_testing.reference_cache_log_probs(model_log_probs, hidden, ids[0], THETA,
+                                                      LAMBDA, WINDOW)
 
     def test_layout_and_recorded_settings(self):
         self.assertIn("assets.extra/neural_cache.json", testing.file_listing(self.export_dir))

@@ -86,6 +86,35 @@ def reference_pointer_loss(attention, gate, key_ids, targets):
     return out
 
 
+def reference_cache_log_probs(model_log_probs, hidden, targets, theta, lam, window):
+    """Grave et al.'s cache on one stream, looped: `log((1 - lam) p_model + lam p_cache)`.
+
+    `p_cache(y_t) ∝ sum_{i in [t - W, t), y_i = y_t} exp(theta h_t . h_i)` (the word that
+    followed state i is `targets[i]`); with no history (t = 0) p is the model's alone.
+
+    Args:
+        model_log_probs: float `(T,)`, the model's `log p(y_t)`.
+        hidden: float `(T, H)`, its top-layer hidden states.
+        targets: int `(T,)`.
+        theta, lam: floats. window: int W.
+
+    Returns:
+        float64 `(T,)`.
+    """
+    out = np.array(model_log_probs, np.float64)
+    for t in range(len(targets)):
+        history = range(max(0, t - window), t)
+        if not history:
+            continue
+        scores = np.array([theta * hidden[t] @ hidden[i] for i in history])
+        weights = np.exp(scores - scores.max())
+        weights /= weights.sum()
+        p_cache = sum(w for w, i in zip(weights, history, strict=True)
+                      if targets[i] == targets[t])
+        out[t] = np.log((1 - lam) * np.exp(model_log_probs[t]) + lam * p_cache)
+    return out
+
+
 def run_in_fresh_process(code, timeout=300, env=None):
     """Runs Python `code` in a new interpreter with the repository on its path; returns stdout.
 

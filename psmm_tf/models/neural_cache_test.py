@@ -10,22 +10,6 @@ from psmm_tf.models.neural_cache import NeuralCache, cache_grid_search
 VOCAB = 9  # small, so that words recur and the cache has matches
 
 
-def reference_cache_log_probs(model_log_probs, hidden, inputs, targets, theta, lam, window):
-    """One stream: p = (1 - lam) p_model + lam p_cache, p_cache over states i in [t-W, t)."""
-    out = np.array(model_log_probs, np.float64)
-    for t in range(len(targets)):
-        history = range(max(0, t - window), t)
-        if not history:
-            continue  # the first token has no history: p_model alone
-        scores = np.array([theta * hidden[t] @ hidden[i] for i in history])
-        weights = np.exp(scores - scores.max())
-        weights /= weights.sum()
-        # The word that followed state i is targets[i] (= inputs[i + 1]).
-        p_cache = sum(w for w, i in zip(weights, history) if targets[i] == targets[t])
-        out[t] = np.log((1 - lam) * np.exp(model_log_probs[t]) + lam * p_cache)
-    return out
-
-
 class NeuralCacheTest(testing.TestCase):
 
     def _model(self, cls=LSTMLanguageModel):
@@ -38,8 +22,8 @@ class NeuralCacheTest(testing.TestCase):
         inputs, targets = text[:, :-1], text[:, 1:]
         model_log_probs = model.score(inputs, targets)["log_probs"].numpy()[0]
         hidden = model(inputs, memory=model.empty_memory(1))["hidden"].numpy()[0]
-        expected = reference_cache_log_probs(model_log_probs, hidden, inputs[0], targets[0],
-                                             theta=0.7, lam=0.3, window=6)
+        expected = testing.reference_cache_log_probs(model_log_probs, hidden, targets[0],
+                                                     theta=0.7, lam=0.3, window=6)
         cache = NeuralCache(model, window=6, theta=0.7, lam=0.3)
         state = memory = cache_state = None
         pieces = []
