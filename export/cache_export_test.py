@@ -283,14 +283,7 @@ class CacheExportTest(psmm_testing.TestCase):
 
     def test_tf1_session_loader(self):
         expected = self.cache_scores(self.vocab.encode(reference_tokens("\n".join(LINES))))
-        with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
-            meta = tf.compat.v1.saved_model.load(session, ["serve"], self.export_dir)
-
-            def run(name, feeds):
-                signature = meta.signature_def[name]
-                return session.run({k: v.name for k, v in signature.outputs.items()},
-                                   {signature.inputs[k].name: v for k, v in feeds.items()})
-
+        with testing.tf1_session_signatures(self.export_dir) as run:
             state = run("initial_state", {"batch_size": 1})
             log_probs = []
             for chunk in (LINES[:3], LINES[3:]):

@@ -206,14 +206,7 @@ class ExportTest(tf.test.TestCase):
 
     def test_tf1_session_loader(self):
         # TF Serving's path: a graph and a session, fed and fetched by the signature's names.
-        with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
-            meta = tf.compat.v1.saved_model.load(session, ["serve"], self.export_dir)
-
-            def run(name, feeds):
-                signature = meta.signature_def[name]
-                return session.run({k: v.name for k, v in signature.outputs.items()},
-                                   {signature.inputs[k].name: v for k, v in feeds.items()})
-
+        with testing.tf1_session_signatures(self.export_dir) as run:
             out = run("serving_default", {"texts": TEXTS})
             self.assert_scores_expected(out["log_probs"], out["num_tokens"])
             state = run("initial_state", {"batch_size": 3})

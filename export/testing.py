@@ -7,6 +7,7 @@ bounded number and size of requests.
 """
 
 import atexit
+import contextlib
 import functools
 import http.server
 import json
@@ -25,6 +26,24 @@ from export.clients import ServingError
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "house",
          "and", "of", "in", "it", "was", "big", "red", "small", "tree", "bird", "saw", "his"]
+
+
+@contextlib.contextmanager
+def tf1_session_signatures(export_dir):
+    """TF Serving's path to an export: the TF1 loader, a graph and a session.
+
+    Yields `run(signature_name, feeds) -> dict of outputs`, which feeds and fetches tensors by the
+    names the signature declares (as TF Serving does), not through Python functions.
+    """
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        meta = tf.compat.v1.saved_model.load(session, ["serve"], export_dir)
+
+        def run(name, feeds):
+            signature = meta.signature_def[name]
+            return session.run({k: v.name for k, v in signature.outputs.items()},
+                               {signature.inputs[k].name: v for k, v in feeds.items()})
+
+        yield run
 
 
 def write_vocabulary(path, words=WORDS):

@@ -85,39 +85,58 @@ class NeuralCache:
                 "cache": neural_cache.updated_cache(keys, self.window)}
 
 
-def cache_grid_search(model, windows, thetas, lambdas, window=100):
-    """Perplexity of every (theta, lambda) on evaluation windows, in one pass of the model.
+def cache_log_likelihoods(model, windows, thetas, lambdas, window=100):
+    """Summed log-likelihoods with a cache for every (theta, lambda), in one pass of the model.
 
     Args:
         model: a trained `LanguageModel`.
         windows: iterable of dicts with `token_ids`, `targets`, `token_mask`, `target_weights`
             (from `psmm_tf.data.evaluation_windows`), in stream order.
-        thetas, lambdas: sequences of floats.
+        thetas: sequence of G floats >= 0. lambdas: sequence of Λ floats in [0, 1].
         window: int. Cache size.
 
     Returns:
-        `(results, best)`: `results` maps `(theta, lambda)` to perplexity, including
-        `lambda = 0` (the model alone); `best` is the `(theta, lambda)` of lowest perplexity.
+        dict with `cache` float64 `(G, Λ)`: the summed log p of the weighted targets with
+        `p = (1 - lambdas[l]) p_model + lambdas[l] p_cache(thetas[g])` (Grave et al. eq. 4),
+        `model` (float: the same sum for the model alone) and `count` (float: the targets).
     """
     cache = NeuralCache(model, window=window)
     thetas, lambdas = list(thetas), list(lambdas)
+    lambda_values = tf.constant(lambdas, tf.float32)[None, :, None, None]
     totals = np.zeros((len(thetas), len(lambdas)))
-    count = 0.0
+    model_total, count = 0.0, 0.0
     state = memory = cache_state = None
     for batch in windows:
         out = cache.probabilities(batch["token_ids"], batch["targets"], batch["token_mask"],
                                   state, memory, cache_state, thetas=thetas)
         state, memory, cache_state = out["state"], out["memory"], out["cache"]
-        weights = tf.cast(batch["target_weights"], tf.float32)
+        weights = np.asarray(batch["target_weights"], np.float64)
         # Log-probabilities for every (theta, lambda): [G, Λ, B, T].
         log_probs = neural_cache.interpolate(
             out["model_log_probs"][None, None], out["cache_probs"][:, None],
-            out["has_history"], tf.constant(lambdas, tf.float32)[None, :, None, None])
-        totals += tf.reduce_sum(log_probs * weights, axis=[2, 3]).numpy()
-        count += float(tf.reduce_sum(weights))
-    if count == 0:
+            out["has_history"], lambda_values)
+        totals += np.sum(log_probs.numpy().astype(np.float64) * weights, axis=(2, 3))
+        model_total += float(np.sum(out["model_log_probs"].numpy().astype(np.float64)
+                                    * weights))
+        count += float(np.sum(weights))
+    return {"cache": totals, "model": model_total, "count": count}
+
+
+def cache_grid_search(model, windows, thetas, lambdas, window=100):
+    """Perplexity of every (theta, lambda) on evaluation windows, in one pass of the model.
+
+    Args:
+        model, windows, thetas, lambdas, window: as `cache_log_likelihoods`.
+
+    Returns:
+        `(results, best)`: `results` maps `(theta, lambda)` to perplexity (`lambda = 0` is the
+        model alone); `best` is the `(theta, lambda)` of lowest perplexity.
+    """
+    thetas, lambdas = list(thetas), list(lambdas)
+    sums = cache_log_likelihoods(model, windows, thetas, lambdas, window)
+    if sums["count"] == 0:
         raise ValueError("cache_grid_search got no targets: `windows` is empty.")
-    perplexity = np.exp(-totals / count)
+    perplexity = np.exp(-sums["cache"] / sums["count"])
     results = {(float(t), float(lam)): float(perplexity[i, j])
                for (i, t), (j, lam) in itertools.product(enumerate(thetas), enumerate(lambdas))}
     return results, min(results, key=results.get)

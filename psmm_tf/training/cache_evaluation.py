@@ -17,11 +17,9 @@ import itertools
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from psmm_tf.data.pipeline import evaluation_windows
-from psmm_tf.layers import neural_cache
-from psmm_tf.models.neural_cache import NeuralCache
+from psmm_tf.models.neural_cache import cache_log_likelihoods
 
 # Grave et al.'s Figure 2 explores theta in [0, 1] and lambda in [0, 0.4] on PTB and WikiText-2;
 # their best values lie inside these grids (e.g. theta 0.3, lambda 0.1 to 0.2 for W = 100).
@@ -81,26 +79,12 @@ def cache_perplexities(model, ids, window, thetas, lambdas, batch_size=1, length
         `(G, Λ)`: entry (g, l) for `thetas[g]`, `lambdas[l]`.
     """
     check_cache_parameters(window, thetas, lambdas)
-    cache = NeuralCache(model, window=window)
-    lambda_values = tf.constant(lambdas, tf.float32)[None, :, None, None]
-    totals = np.zeros((len(thetas), len(lambdas)))
-    model_total, count = 0.0, 0.0
-    state = memory = cache_state = None
-    for batch in evaluation_windows(ids, batch_size=batch_size, length=length):
-        out = cache.probabilities(batch["token_ids"], batch["targets"], batch["token_mask"],
-                                  state, memory, cache_state, thetas=list(thetas))
-        state, memory, cache_state = out["state"], out["memory"], out["cache"]
-        weights = batch["target_weights"].numpy().astype(np.float64)
-        # log((1 - lambda) p_model + lambda p_cache) for every (theta, lambda): (G, Λ, B, T).
-        mixed = neural_cache.interpolate(out["model_log_probs"][None, None],
-                                         out["cache_probs"][:, None], out["has_history"],
-                                         lambda_values)
-        totals += np.sum(mixed.numpy().astype(np.float64) * weights, axis=(2, 3))
-        model_total += float(np.sum(out["model_log_probs"].numpy().astype(np.float64)
-                                    * weights))
-        count += float(np.sum(weights))
-    return {"num_targets": int(count), "model_perplexity": math.exp(-model_total / count),
-            "perplexity": np.exp(-totals / count)}
+    sums = cache_log_likelihoods(model, evaluation_windows(ids, batch_size=batch_size,
+                                                           length=length),
+                                 thetas, lambdas, window)
+    count = sums["count"]
+    return {"num_targets": int(count), "model_perplexity": math.exp(-sums["model"] / count),
+            "perplexity": np.exp(-sums["cache"] / count)}
 
 
 def _run_and_ids(workdir, run, split, data_dir, max_tokens):
