@@ -30,10 +30,13 @@ class LSTMBackbone(keras.layers.Layer):
         token_mask: optional bool `(batch_size, T)`; False positions leave the state unchanged.
         training: bool.
         state_index: optional static int; the returned state is the one after that step.
+        output_dropout: bool. Apply the output's locked dropout (`dropouts[-1]`); with False
+            the caller applies it where it wants it (`LanguageModel`: to the softmax input only).
 
     Returns:
-        `(hidden, state)`: the last layer's outputs `(batch_size, T, hidden_dim)` after output
-        dropout, and the tuple of per-layer `(h, c)` after step `state_index` (default: last).
+        `(hidden, state)`: the last layer's outputs `(batch_size, T, hidden_dim)` (after output
+        dropout unless `output_dropout=False`), and the tuple of per-layer `(h, c)` after step
+        `state_index` (default: last).
     """
 
     def __init__(self, vocab_size, embedding_dim, hidden_dim, num_layers, input_dropout=0.0,
@@ -103,7 +106,7 @@ class LSTMBackbone(keras.layers.Layer):
         return tuple(layer.zero_state(batch_size) for layer in self.lstm_layers)
 
     def call(self, token_ids, initial_state=None, token_mask=None, training=False,
-             state_index=None):
+             state_index=None, output_dropout=True):
         token_ids = checked_ids("token_ids", token_ids, self.vocab_size)
         if initial_state is None:
             initial_state = self.zero_state(ops.shape(token_ids)[0])
@@ -121,7 +124,8 @@ class LSTMBackbone(keras.layers.Layer):
                 state_index=state_index,
             )
             final_state.append(layer_state)
-        x = self.dropouts[-1](x, training=training)
+        if output_dropout:
+            x = self.dropouts[-1](x, training=training)
         return x, tuple(final_state)
 
     def get_config(self):

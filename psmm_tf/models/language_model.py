@@ -86,8 +86,15 @@ class LanguageModel(ScoringMixin, keras.Model):
             of `vocab_logits`, so no `(batch_size, T, V)` tensor is formed.
         training: bool.
 
+    Output dropout regularises the vocabulary softmax only: its input is the last layer's
+    states after locked dropout, while the head (pointer query, keys, memory) reads the same
+    states without it. A locked mask shared by query and keys would inflate every z_i = q.h_i
+    in training (each kept unit counts twice in the dot product) and shrink it in evaluation,
+    so the gate learnt in training would not be the gate applied in evaluation.
+
     Returns:
-        A dict with `vocab_logits` `(batch_size, T, V)`, `hidden` `(batch_size, T, D)`,
+        A dict with `vocab_logits` `(batch_size, T, V)`, `hidden` `(batch_size, T, D)` (the
+        states the head reads: without output dropout),
         `key_ids` `(batch_size, K)` (the token at each key, `K = M' + C + T` with `M'` the
         memory's length or 0), `state` (after the first `T` positions: where the next window,
         `T` tokens later, starts), `memory` (the last `M` hidden states, ids and mask), plus the
@@ -187,6 +194,7 @@ class LanguageModel(ScoringMixin, keras.Model):
         hidden, new_state = self.backbone(
             token_ids, initial_state=state, token_mask=token_mask, training=training,
             state_index=num_predicted - 1 if isinstance(num_predicted, int) else None,
+            output_dropout=False,
         )
         c = context_length
         query_hidden = hidden[:, c:]
@@ -205,11 +213,12 @@ class LanguageModel(ScoringMixin, keras.Model):
             "state": new_state,
             "memory": new_memory,
         }
+        softmax_input = self.backbone.dropouts[-1](query_hidden, training=training)
         if training and targets is not None and self.softmax != "full":
-            outputs["target_vocab_log_prob"] = self.vocab_head.sampled_log_prob(query_hidden,
+            outputs["target_vocab_log_prob"] = self.vocab_head.sampled_log_prob(softmax_input,
                                                                                 targets)
         else:
-            outputs["vocab_logits"] = self.vocab_head(query_hidden)
+            outputs["vocab_logits"] = self.vocab_head(softmax_input)
         has_older = memory is not None or c > 0
         outputs.update(self.head_outputs(
             query_hidden, older["hidden"] if has_older else None,

@@ -126,6 +126,34 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         picked = np.take_along_axis(dist, text[:, 1:, None], axis=-1)[..., 0]
         self.assertAllClose(np.exp(log_probs), picked, atol=1e-6)
 
+    @parameterized.named_parameters(("psmm", PointerSentinelLM),
+                                    ("pointer_softmax", PointerSoftmaxLM))
+    def test_output_dropout_reaches_the_softmax_only(self, cls):
+        # Only output dropout on: in training the head must see the evaluation's states (so its
+        # attention and gate are the evaluation's), while the softmax's input is dropped out.
+        model = cls(vocab_size=VOCAB, embedding_dim=6, hidden_dim=8, num_layers=2,
+                    window_size=5, input_dropout=0.0, hidden_dropout=0.0, output_dropout=0.5,
+                    zoneout=0.0, seed=7)
+        inputs = self._text()[:, :-1]
+        memory = model.empty_memory(2)
+        evaluation = model(inputs, memory=memory, training=False)
+        training = model(inputs, memory=memory, training=True)
+        gate_name = "gate" if "gate" in evaluation else "switch"
+        for name in ("attention", gate_name, "hidden"):
+            self.assertAllClose(training[name], evaluation[name], atol=1e-6, msg=name)
+        self.assertAllClose(training["memory"]["hidden"], evaluation["memory"]["hidden"],
+                            atol=1e-6)
+        # Locked dropout at rate 0.5 zeroes about half of the softmax's input units: the
+        # logits must change, and be those of the masked, rescaled states.
+        logits_gap = np.abs(training["vocab_logits"] - evaluation["vocab_logits"]).max()
+        self.assertGreater(logits_gap, 1e-3)
+        kernel, bias = (w.numpy() for w in model.vocab_head.weights)
+        hidden = evaluation["hidden"].numpy()
+        dropped = (training["vocab_logits"].numpy() - bias) @ np.linalg.pinv(kernel)
+        kept = np.isclose(dropped, 2.0 * hidden, atol=1e-4) | np.isclose(dropped, 0.0,
+                                                                         atol=1e-4)
+        self.assertTrue(kept.all())
+
     def test_no_gradient_flows_into_the_carried_memory(self):
         model = tiny_model(PointerSentinelLM)
         text = self._text()
