@@ -2,7 +2,6 @@
 loop over the equations, streaming with the cache state, predict_next's mixture, bad inputs and
 flags, warmup, psmm-score, the TF1 session loader and a fresh process without psmm_tf."""
 
-import contextlib
 import io
 import json
 import os
@@ -11,7 +10,6 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 from export import CACHE_STATE_NAMES, STATE_NAMES, export_saved_model, score, testing, warmup
 from export.cache import CacheSettings
@@ -333,19 +331,6 @@ class InProcessCacheTest(psmm_testing.TestCase):
                 self.assertIn(b"zebra", list(out["top_words"][0].numpy()))
 
 
-def run_export_cli(argv):
-    """Runs psmm-export in this process; returns `(exit code, stderr)`."""
-    flags.FLAGS.unparse_flags()
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            export_saved_model.main(["psmm-export"] + argv)
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code
-    return code, err.getvalue()
-
-
 class CacheFlagsTest(tf.test.TestCase):
 
     def test_bad_flags_name_the_flag(self):
@@ -366,7 +351,7 @@ class CacheFlagsTest(tf.test.TestCase):
         )
         for extra, message in cases:
             with self.subTest(flags=extra):
-                code, stderr = run_export_cli(common + extra)
+                code, _, stderr = testing.run_export_main(common + extra)
                 self.assertEqual(code, 1)
                 self.assertRegex(stderr, message)
                 self.assertNotIn("Traceback", stderr)

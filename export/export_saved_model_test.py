@@ -1,8 +1,6 @@
 """Tests of `psmm-export`: sources (workdir, .keras), TF Serving layout, versions, warmup, and
 loading the export where psmm_tf is absent, through a TF1 session and `saved_model_cli`."""
 
-import contextlib
-import io
 import os
 import shutil
 import subprocess
@@ -12,7 +10,6 @@ import textwrap
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
@@ -27,16 +24,11 @@ TEXTS = ["the cat sat on the mat", "a zebra ran\nto the house", "the big red tre
 
 
 def run_main(argv):
-    """Runs `psmm-export` in this process; returns its stdout."""
-    flags.FLAGS.unparse_flags()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            export_saved_model.main(["psmm-export"] + argv)
-        except SystemExit as exit_:
-            if exit_.code not in (None, 0):
-                raise AssertionError(f"psmm-export exited with {exit_.code}") from None
-    return out.getvalue()
+    """Runs `psmm-export` in this process; returns its stdout (fails on a non-zero exit)."""
+    code, stdout, _ = testing.run_export_main(argv)
+    if code != 0:
+        raise AssertionError(f"psmm-export exited with {code}")
+    return stdout
 
 
 def keras_log_probs(model, vocab, texts):

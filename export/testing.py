@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import functools
 import http.server
+import io
 import json
 import os
 import pickle
@@ -26,6 +27,23 @@ from export.clients import ServingError
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "house",
          "and", "of", "in", "it", "was", "big", "red", "small", "tree", "bird", "saw", "his"]
+
+
+def run_export_main(argv):
+    """Runs `psmm-export` with `argv` in this process; returns `(exit code, stdout, stderr)`."""
+    from absl import flags
+
+    from export import export_saved_model
+
+    flags.FLAGS.unparse_flags()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            export_saved_model.main(["psmm-export"] + argv)
+            code = 0
+        except SystemExit as exit_:
+            code = 0 if exit_.code is None else exit_.code
+    return code, out.getvalue(), err.getvalue()
 
 
 @contextlib.contextmanager
