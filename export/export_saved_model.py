@@ -40,6 +40,7 @@ from export.serving_module import ServingModule
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import NeuralCache, build_model
+from psmm_tf.models.neural_cache import DEFAULT_LAMBDA, DEFAULT_THETA
 
 # Its own flag registry: psmm-export's flags (--workdir, ...) share names with psmm-train's, and
 # both modules are imported by one test process; the global absl FLAGS would refuse the second.
@@ -79,7 +80,7 @@ flags.DEFINE_integer(
 flags.DEFINE_string(
     "model_name", "psmm", "Model name in the warmup requests.", flag_values=EXPORT_FLAGS
 )
-DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = 0.3, 0.1
+DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # NeuralCache's
 flags.DEFINE_integer(
     "cache_window",
     None,

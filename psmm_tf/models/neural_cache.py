@@ -7,6 +7,25 @@ import tensorflow as tf
 
 from psmm_tf.layers import neural_cache
 
+# Grave et al.'s typical values for a cache of about 100 states (their Figure 2).
+DEFAULT_THETA = 0.3
+DEFAULT_LAMBDA = 0.1
+
+
+def check_cache_parameters(window, thetas=(), lambdas=(), lambda_name="lambda"):
+    """Raises ValueError unless `window` >= 1, every theta >= 0 and every lambda in [0, 1].
+
+    `lambda_name` is how the caller's argument is spelled in the message.
+    """
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}.")
+    for theta in thetas:
+        if not theta >= 0.0:
+            raise ValueError(f"theta must be >= 0, got {theta!r}.")
+    for lam in lambdas:
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"{lambda_name} must be in [0, 1], got {lam!r}.")
+
 
 class NeuralCache:
     """Scores text with `p = (1 - lambda) p_model + lambda p_cache` (Grave et al. 2017).
@@ -25,13 +44,8 @@ class NeuralCache:
         - [Grave et al., 2017](https://arxiv.org/abs/1612.04426)
     """
 
-    def __init__(self, model, window=100, theta=0.3, lam=0.1):
-        if not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {window!r}.")
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"lam must be in [0, 1], got {lam!r}.")
-        if not theta >= 0.0:
-            raise ValueError(f"theta must be >= 0, got {theta!r}.")
+    def __init__(self, model, window=100, theta=DEFAULT_THETA, lam=DEFAULT_LAMBDA):
+        check_cache_parameters(window, (theta,), (lam,), lambda_name="lam")
         self.model = model
         self.window = window
         self.theta = float(theta)

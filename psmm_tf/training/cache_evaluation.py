@@ -19,24 +19,17 @@ import math
 import numpy as np
 
 from psmm_tf.data.pipeline import evaluation_windows
-from psmm_tf.models.neural_cache import cache_log_likelihoods
+from psmm_tf.models.neural_cache import (
+    DEFAULT_LAMBDA,
+    DEFAULT_THETA,
+    cache_log_likelihoods,
+    check_cache_parameters,
+)
 
 # Grave et al.'s Figure 2 explores theta in [0, 1] and lambda in [0, 0.4] on PTB and WikiText-2;
 # their best values lie inside these grids (e.g. theta 0.3, lambda 0.1 to 0.2 for W = 100).
 DEFAULT_THETAS = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 DEFAULT_LAMBDAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
-
-
-def check_cache_parameters(window, thetas=(), lambdas=()):
-    """Raises ValueError unless `window` >= 1, every theta >= 0 and every lambda in [0, 1]."""
-    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}.")
-    for theta in thetas:
-        if not theta >= 0.0:
-            raise ValueError(f"theta must be >= 0, got {theta!r}.")
-    for lam in lambdas:
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"lambda must be in [0, 1], got {lam!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +44,8 @@ class CacheSettings:
     """
 
     window: int
-    theta: float = 0.3
-    lam: float = 0.1
+    theta: float = DEFAULT_THETA
+    lam: float = DEFAULT_LAMBDA
     search: bool = False
     thetas: tuple = DEFAULT_THETAS
     lambdas: tuple = DEFAULT_LAMBDAS
