@@ -111,6 +111,12 @@ class TrainConfig:
     learning_rate: float = 1.0
     # Global gradient norm clipping (paper: 1).
     clip_norm: float = 1.0
+    # When set, the pointer's variables (W, b, s) are clipped by their own global norm at this
+    # value and `clip_norm` applies to the rest of the model (None: one joint norm).
+    pointer_clip_norm: float | None = None
+    # Weight of eq. 9's pointer term -log(g + sum_{i: x_i = y} a_i) in the objective (paper: 1;
+    # 0 trains on the mixture's negative log-likelihood alone).
+    pointer_loss_weight: float = 1.0
     # The learning rate is multiplied by this when validation perplexity gets worse (paper: 0.5).
     lr_decay: float = 0.5
     # Stop after this many epochs without a better validation perplexity (paper: 3).
@@ -149,6 +155,12 @@ class TrainConfig:
         for name in ("learning_rate", "clip_norm"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}.")
+        if self.pointer_clip_norm is not None and not self.pointer_clip_norm > 0:
+            raise ValueError(f"pointer_clip_norm must be > 0 or None, got "
+                             f"{self.pointer_clip_norm!r}.")
+        if not 0.0 <= self.pointer_loss_weight < float("inf"):
+            raise ValueError(f"pointer_loss_weight must be a finite number >= 0, got "
+                             f"{self.pointer_loss_weight!r}.")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}.")
 

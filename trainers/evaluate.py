@@ -145,6 +145,12 @@ def _main(argv):
         positions=positions, num_examples=FLAGS.num_examples, cache=cache)
     print(f"{metrics['model']} {FLAGS.split} perplexity {metrics['perplexity']:.2f} "
           f"({metrics['num_targets']} targets), mean gate {metrics['gate']['mean']:.3f}")
+    if "pointer" in metrics:
+        from psmm_tf.training import pointer_diagnostics
+
+        print("pointer diagnostics:")
+        for line in pointer_diagnostics.format_pointer_diagnostics(metrics["pointer"]):
+            print(f"  {line}")
     if "baseline_perplexity" in metrics:
         print(f"baseline {FLAGS.split} perplexity {metrics['baseline_perplexity']:.2f}; ratio "
               f"{metrics['perplexity'] / metrics['baseline_perplexity']:.3f}")

@@ -81,6 +81,10 @@ flags.DEFINE_float("dropout", None, "Locked dropout on the embedding, between la
                    "output (all three).")
 flags.DEFINE_float("zoneout", None, "Zoneout probability of the LSTM states.")
 flags.DEFINE_float("clip_norm", None, "Global gradient norm limit (paper: 1).")
+flags.DEFINE_float("pointer_clip_norm", None, "Own global norm limit of the pointer's variables "
+                   "(W, b, s); --clip_norm then applies to the rest (unset: one joint norm).")
+flags.DEFINE_float("pointer_loss_weight", None, "Weight of eq. 9's pointer term "
+                   "-log(g + sum a_i[x_i = y]) (paper: 1; 0: mixture NLL only, an ablation).")
 flags.DEFINE_integer("seed", None, "Seed of initialisation and dropout.")
 flags.DEFINE_enum("jit_compile", None, list(configs.JIT_COMPILE_MODES),
                   "XLA: auto (on with a GPU, off on CPU), on, off.")
@@ -114,7 +118,9 @@ for _name in _POSITIVE:
                              message="must be an integer >= 1.")
 flags.register_validator("context_length", lambda v: v is None or v >= 0,
                          message="must be an integer >= 0.")
-for _name in ("learning_rate", "clip_norm"):
+flags.register_validator("pointer_loss_weight", lambda v: v is None or 0 <= v < float("inf"),
+                         message="must be a finite number >= 0.")
+for _name in ("learning_rate", "clip_norm", "pointer_clip_norm"):
     flags.register_validator(_name, lambda v: v is None or v > 0, message="must be > 0.")
 flags.register_validator("lr_decay", lambda v: v is None or 0 < v <= 1,
                          message="must be in (0, 1].")
@@ -168,7 +174,9 @@ def config_from_flags(flag_values=FLAGS):
     train = given(batch_size="batch_size", num_predicted="num_predicted",
                   pointer_memory="pointer_memory", context_length="context_length",
                   optimizer="optimizer", learning_rate="learning_rate", lr_decay="lr_decay",
-                  clip_norm="clip_norm", patience="patience", max_epochs="epochs",
+                  clip_norm="clip_norm", pointer_clip_norm="pointer_clip_norm",
+                  pointer_loss_weight="pointer_loss_weight", patience="patience",
+                  max_epochs="epochs",
                   steps_per_epoch="steps_per_epoch", seed="seed", jit_compile="jit_compile",
                   checkpoint_every_steps="checkpoint_every_steps",
                   max_eval_tokens="max_eval_tokens", eval_batch_size="eval_batch_size")

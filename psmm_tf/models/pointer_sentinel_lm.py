@@ -33,7 +33,13 @@ class PointerSentinelLM(LanguageModel):
 
     def build_head(self):
         if not hasattr(self, "pointer"):
-            self.pointer = PointerSentinel(self.window_size, name="pointer")
+            # Seeded from the model's seed, so a model rebuilt from its config starts from the
+            # same weights (the diagnostics measure how far the pointer moved from them).
+            seeds = (None, None) if self.seed is None else (self.seed + 101, self.seed + 102)
+            self.pointer = PointerSentinel(
+                self.window_size, name="pointer",
+                kernel_initializer=keras.initializers.GlorotUniform(seed=seeds[0]),
+                sentinel_initializer=keras.initializers.GlorotUniform(seed=seeds[1]))
         self.pointer.build((None, None, self.hidden_dim))
 
     def head_outputs(self, hidden, older_hidden, older_mask):

@@ -8,6 +8,7 @@ A run's workdir:
     history.json        one record per finished epoch (perplexities, learning rate, timing)
     steps.jsonl         one JSON line per training step (epoch, step, loss, lr)
     results.json        the best model's validation and test perplexity, at the end
+    initial_pointer.npz the pointer's weights before the first step (models with a sentinel)
     tensorboard/        `tf.summary` scalars
 
 A checkpoint holds, under these keys:
@@ -35,6 +36,8 @@ MODEL_FILE = "model.keras"
 HISTORY_FILE = "history.json"
 STEPS_FILE = "steps.jsonl"
 RESULTS_FILE = "results.json"
+# The pointer's weights at the start of training (W, b, s), for the pointer diagnostics.
+INITIAL_POINTER_FILE = "initial_pointer.npz"
 TENSORBOARD_DIR = "tensorboard"
 
 

@@ -16,6 +16,7 @@ from psmm_tf.training import (
     cache_evaluation,
     checkpointing,
     corpus_setup,
+    pointer_diagnostics,
     visualisation,
 )
 from psmm_tf.training.evaluation import Evaluator
@@ -73,7 +74,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
                       bucket_by="types", positions=None, num_examples=8, cache=None):
     """Evaluates a run on a split and writes the report files into `output_dir`.
 
-    Files: `metrics.json` (perplexity, gate statistics, and with a baseline the Figure 4 rows),
+    Files: `metrics.json` (perplexity, gate statistics, for a sentinel pointer its diagnostics
+    under `pointer` (`pointer_diagnostics`), and with a baseline the Figure 4 rows),
     `attention.html` (models with a pointer), and with `baseline_workdir`
     `frequency_buckets.md` and `frequency_buckets.png` (Figure 4: baseline minus model).
 
@@ -145,6 +147,11 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         (output_dir / "attention.html").write_text(
             visualisation.render_attention_html(examples, title), encoding="utf-8")
         metrics["attention_positions"] = sorted(result.attention)
+    if pointer_diagnostics.has_sentinel_pointer(run.model):
+        metrics["pointer"] = pointer_diagnostics.pointer_diagnostics(
+            run.model, ids, length=length,
+            initial_weights=pointer_diagnostics.load_initial_pointer_weights(
+                Path(workdir) / checkpointing.INITIAL_POINTER_FILE))
     if cache is not None:
         metrics["neural_cache"] = cache_evaluation.cache_metrics(
             cache, split, workdir=workdir, run=run, data_dir=data_dir, max_tokens=max_tokens,

@@ -9,6 +9,12 @@ clipped at 1) come with: a per-target mean would make every step T times smaller
 with B / N rows each compute the same gradient as one device with B rows: each replica divides
 its sum by B, the gradients are summed over replicas, clipped by their global norm and applied
 once.
+
+With `pointer_clip_norm` set, the pointer's own variables (`model.pointer`: W, b and s of eq. 4
+and 7) are clipped by their own global norm and the rest of the model by `clip_norm`: the
+gradient of the sentinel and the query bias is large and coherent over a window's positions while
+the LSTM's is larger still, so under one joint norm a step either starves the query kernel
+(clip 1) or saturates the gate (clip 5); see docs/design_notes.md.
 """
 
 import tensorflow as tf
@@ -20,7 +26,44 @@ from psmm_tf.training import distribution
 METRIC_KEYS = ("loss", "nll", "pointer_loss", "gate", "weight")
 
 
-def per_target_losses(model, outputs, targets):
+def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None):
+    """Clips `grads` by their global norm, the pointer's group by its own norm if asked.
+
+    Args:
+        grads: list of dense gradient tensors.
+        clip_norm: float. Limit of the global norm of all gradients, or, with
+            `pointer_clip_norm`, of those not in `pointer_indices`.
+        pointer_indices: indices into `grads` of the pointer's variables.
+        pointer_clip_norm: optional float. Limit of the pointer group's own global norm.
+
+    Returns:
+        `(clipped, norm)`: the clipped list and the global norm of all of `grads` before
+        clipping.
+    """
+    norm = tf.linalg.global_norm(grads)
+    if pointer_clip_norm is None or not pointer_indices:
+        clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+        return clipped, norm
+    pointer = set(pointer_indices)
+    rest = [i for i in range(len(grads)) if i not in pointer]
+    clipped = list(grads)
+    for group, limit in ((rest, clip_norm), (sorted(pointer), pointer_clip_norm)):
+        for i, g in zip(group, tf.clip_by_global_norm([grads[i] for i in group], limit)[0],
+                        strict=True):
+            clipped[i] = g
+    return clipped, norm
+
+
+def pointer_variable_indices(model):
+    """Indices into `model.trainable_variables` of its pointer head's variables (or ())."""
+    pointer = getattr(model, "pointer", None)
+    if pointer is None:
+        return ()
+    ids = {id(v) for v in pointer.trainable_variables}
+    return tuple(i for i, v in enumerate(model.trainable_variables) if id(v) in ids)
+
+
+def per_target_losses(model, outputs, targets, pointer_weight=1.0):
     """The objective and its pointer part per target, and the gate.
 
     Args:
@@ -35,9 +78,10 @@ def per_target_losses(model, outputs, targets):
     """
     if "attention" in outputs:
         # Eq. 9: the mixture NLL plus the pointer's own supervision term.
-        objective = PointerSentinelLoss(reduction="none")(targets, outputs)
-        pointer_part = pointer_loss(outputs["attention"], outputs["gate"], outputs["key_ids"],
-                                    targets)
+        objective = PointerSentinelLoss(reduction="none", pointer_weight=pointer_weight)(
+            targets, outputs)
+        pointer_part = pointer_weight * pointer_loss(outputs["attention"], outputs["gate"],
+                                                     outputs["key_ids"], targets)
         return objective, pointer_part, tf.cast(outputs["gate"], tf.float32)
     objective = -model.log_prob(outputs, targets)
     return objective, tf.zeros_like(objective), tf.ones_like(objective)
@@ -53,7 +97,10 @@ class TrainStep:
         global_batch_size: int. Rows B of the global batch.
         context_length: int. C: 0 for "cache", window_size - 1 for "recompute".
         use_memory: bool. Carry the pointer memory ("cache" mode).
-        clip_norm: float. Global gradient norm limit (paper: 1).
+        clip_norm: float. Global gradient norm limit (paper: 1); with `pointer_clip_norm`, the
+            limit of every variable but the pointer's.
+        pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
+        pointer_weight: float. Weight of eq. 9's pointer term (1: the paper; 0: mixture NLL).
         jit_compile: bool. XLA-compile the forward and backward pass.
 
     Call arguments:
@@ -68,7 +115,8 @@ class TrainStep:
     """
 
     def __init__(self, model, optimizer, strategy, global_batch_size, context_length,
-                 use_memory, clip_norm=1.0, jit_compile=False):
+                 use_memory, clip_norm=1.0, jit_compile=False, pointer_clip_norm=None,
+                 pointer_weight=1.0):
         self.model = model
         self.optimizer = optimizer
         self.strategy = strategy
@@ -77,6 +125,9 @@ class TrainStep:
         self.context_length = context_length
         self.use_memory = use_memory
         self.clip_norm = clip_norm
+        self.pointer_clip_norm = pointer_clip_norm
+        self.pointer_weight = pointer_weight
+        self.pointer_indices = pointer_variable_indices(model)
         self._forward_backward = tf.function(self._gradients, jit_compile=jit_compile)
         self._step = tf.function(self._distributed_step)
 
@@ -118,7 +169,8 @@ class TrainStep:
         grads, sums, state, memory = self._forward_backward(local, state, memory, normalizer)
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
-        grads, grad_norm = tf.clip_by_global_norm(grads, self.clip_norm)
+        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
+                                          self.pointer_clip_norm)
         if replicas > 1:
             # The Keras optimizer sums gradients over replicas once more before applying them.
             grads = [g / replicas for g in grads]
@@ -134,7 +186,8 @@ class TrainStep:
                 memory=memory, context_length=self.context_length, targets=targets,
                 training=True,
             )
-            objective, pointer_part, gate = per_target_losses(self.model, outputs, targets)
+            objective, pointer_part, gate = per_target_losses(self.model, outputs, targets,
+                                                              self.pointer_weight)
             loss = tf.reduce_sum(objective * weights) / normalizer
         grads = tape.gradient(loss, self.model.trainable_variables)
         # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and scaling.

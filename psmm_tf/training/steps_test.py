@@ -41,16 +41,38 @@ def _expected_gradients(model, batch):
     return [tf.convert_to_tensor(g).numpy() for g in grads], float(loss)
 
 
+def _expected_psmm_gradients(model, batch, pointer_weight):
+    """-d/dw of eq. 9 summed over targets / B, from the NumPy-free mixture written out here."""
+    with tf.GradientTape() as tape:
+        outputs = model(batch["token_ids"], token_mask=batch["token_mask"], training=True)
+        p_vocab = tf.gather(tf.nn.softmax(outputs["vocab_logits"]), batch["targets"],
+                            batch_dims=2)
+        matches = tf.cast(tf.equal(outputs["key_ids"][:, None, :],
+                                   batch["targets"][:, :, None]), tf.float32)
+        p_pointer = tf.reduce_sum(outputs["attention"] * matches, axis=-1)
+        gate = outputs["gate"]
+        per_target = (-tf.math.log(gate * p_vocab + p_pointer)
+                      - pointer_weight * tf.math.log(gate + p_pointer))
+        loss = tf.reduce_sum(per_target * batch["target_weights"]) / B
+    grads = tape.gradient(loss, model.trainable_variables)
+    return [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
 class TrainStepTest(tf.test.TestCase):
-    def _one_step(self, clip_norm):
-        model = _model("lstm")
+    def _one_step(self, clip_norm, kind="lstm", **step_args):
+        model = _model(kind)
         batch = _batch()
-        expected, loss = _expected_gradients(model, batch)
+        if kind == "lstm":
+            expected, loss = _expected_gradients(model, batch)
+        else:
+            expected = _expected_psmm_gradients(model, batch,
+                                                step_args.get("pointer_weight", 1.0))
+            loss = None
         before = [v.numpy() for v in model.trainable_variables]
         optimizer = keras.optimizers.SGD(learning_rate=1.0)
         optimizer.build(model.trainable_variables)
         step = TrainStep(model, optimizer, tf.distribute.get_strategy(), B, 0,
-                         use_memory=False, clip_norm=clip_norm)
+                         use_memory=False, clip_norm=clip_norm, **step_args)
         metrics, _, _ = step(batch, *step.initial_carry())
         after = [v.numpy() for v in model.trainable_variables]
         return expected, loss, before, after, metrics
@@ -70,6 +92,37 @@ class TrainStepTest(tf.test.TestCase):
         self.assertAllClose(float(metrics["grad_norm"]), norm, rtol=1e-4)
         for g, w0, w1 in zip(expected, before, after, strict=True):
             self.assertAllClose(w0 - w1, g * 0.01 / norm, atol=1e-7)
+
+    def _pointer_indices(self, kind="psmm"):
+        model = _model(kind)
+        names = [v.path for v in model.trainable_variables]
+        return [i for i, name in enumerate(names) if name.startswith("pointer")
+                or "/pointer/" in name]
+
+    def test_pointer_loss_weight_scales_the_pointer_term(self):
+        for weight in (0.0, 0.5):
+            expected, _, before, after, _ = self._one_step(1e9, kind="psmm",
+                                                           pointer_weight=weight)
+            for g, w0, w1 in zip(expected, before, after, strict=True):
+                self.assertAllClose(w0 - w1, g, atol=2e-6)
+
+    def test_pointer_variables_are_clipped_by_their_own_norm(self):
+        expected, _, before, after, metrics = self._one_step(0.02, kind="psmm",
+                                                             pointer_clip_norm=0.003)
+        pointer = self._pointer_indices()
+        self.assertLen(pointer, 3)  # W, b and the sentinel s
+        rest = [i for i in range(len(expected)) if i not in pointer]
+
+        def norm(indices):
+            return np.sqrt(sum(np.sum(expected[i].astype(np.float64) ** 2) for i in indices))
+
+        self.assertGreater(norm(pointer), 0.003)
+        self.assertGreater(norm(rest), 0.02)
+        self.assertAllClose(float(metrics["grad_norm"]), norm(range(len(expected))), rtol=1e-4)
+        for indices, limit in ((pointer, 0.003), (rest, 0.02)):
+            for i in indices:
+                self.assertAllClose(before[i] - after[i],
+                                    expected[i] * limit / norm(indices), atol=1e-7)
 
 
 if __name__ == "__main__":

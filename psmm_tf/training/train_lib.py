@@ -21,7 +21,13 @@ from absl import logging
 
 from psmm_tf.data.pipeline import steps_per_epoch, training_windows
 from psmm_tf.models import build_model
-from psmm_tf.training import checkpointing, distribution, reporting, run_setup
+from psmm_tf.training import (
+    checkpointing,
+    distribution,
+    pointer_diagnostics,
+    reporting,
+    run_setup,
+)
 from psmm_tf.training.evaluation import Evaluator
 from psmm_tf.training.schedule import PlateauSchedule
 from psmm_tf.training.steps import TrainStep
@@ -51,7 +57,8 @@ class _Run:
         use_memory = train.pointer_memory == "cache"
         self.train_step = TrainStep(
             self.model, self.optimizer, strategy, train.batch_size, self.context_length,
-            use_memory=use_memory, clip_norm=train.clip_norm, jit_compile=self.jit_compile)
+            use_memory=use_memory, clip_norm=train.clip_norm, jit_compile=self.jit_compile,
+            pointer_clip_norm=train.pointer_clip_norm, pointer_weight=train.pointer_loss_weight)
         self.progress = checkpointing.Progress()
         self.carry = checkpointing.Carry(
             self.model.zero_state(train.batch_size),
@@ -77,6 +84,9 @@ class _Run:
         if path is not None:
             self.checkpoint.restore(path).assert_existing_objects_matched()
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
+        elif self.chief and pointer_diagnostics.has_sentinel_pointer(self.model):
+            pointer_diagnostics.save_initial_pointer_weights(
+                self.model, self.workdir / checkpointing.INITIAL_POINTER_FILE)
         # A resumed run may have a new max_epochs; the schedule's counters come from the file.
         self.schedule.max_epochs = self.config.train.max_epochs
         return path
@@ -84,7 +94,7 @@ class _Run:
     def num_steps(self):
         train = self.config.train
         available = steps_per_epoch(len(self.corpus.ids["train"]), train.batch_size,
-                                    train.num_predicted)
+                                    train.num_predicted, shuffled=True)
         return min(available, train.steps_per_epoch or available)
 
     def save(self, epoch, step, global_step, state, memory):
@@ -109,8 +119,11 @@ class _Run:
             meter.sums[key] = float(value)
         lr = float(self.schedule.learning_rate.numpy())
         self.optimizer.learning_rate = lr
+        # Each epoch starts its windows at its own random offset in [0, T), a function of the
+        # run's seed and the epoch, so a resumed epoch reads the same windows.
         dataset = training_windows(self.corpus.ids["train"], train.batch_size,
-                                   self.context_length, train.num_predicted)
+                                   self.context_length, train.num_predicted,
+                                   shuffle_offset_seed=train.seed * 1_000_003 + epoch)
         self.reporter.start_epoch(epoch, num_steps, step)
         for batch in dataset.take(num_steps).skip(step):
             metrics, state, memory = self.train_step(batch, state, memory)
