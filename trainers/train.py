@@ -261,6 +261,12 @@ def _main(argv):
         print(f"best valid perplexity {results['best_valid_perplexity']:.2f}"
               + (f", test perplexity {results['test_perplexity']:.2f}"
                  if "test_perplexity" in results else ""), flush=True)
+        if "pointer" in results:
+            from psmm_tf.training import pointer_diagnostics
+
+            print("pointer diagnostics (valid):")
+            for line in pointer_diagnostics.format_pointer_diagnostics(results["pointer"]):
+                print(f"  {line}")
 
 
 def main():

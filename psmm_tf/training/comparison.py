@@ -50,4 +50,15 @@ def format_comparison(results):
         if "test_perplexity" in r and "test_perplexity" in base:
             line += f", test perplexity ratio {r['test_perplexity'] / base['test_perplexity']:.3f}"
         lines.append(line)
+    for kind, r in results.items():
+        if r and "pointer" in r:
+            p = r["pointer"]
+            moved = p["weights"]["query_kernel"].get("relative_change")
+            lines.append(
+                f"{kind} pointer (valid): gate {p['gate_target_in_window']:.3f} when the target "
+                f"is in the window, {p['gate_target_not_in_window']:.3f} when not; precision "
+                f"{p['pointer_precision_in_window']:.3f}; query constancy "
+                f"{p['query_constancy']:.2f}"
+                + (f"; query kernel moved {moved:.0%} from its initial value"
+                   if moved is not None else ""))
     return "\n".join(lines)

@@ -182,10 +182,16 @@ class _Run:
                    "global_step": self.progress.get()[2],
                    "train_seconds": sum(r["train_seconds"]
                                         for r in reporting.read_history(self.workdir))}
+        max_tokens = self.config.train.max_eval_tokens
         if "test" in self.corpus.ids:
-            test = evaluator.evaluate(self.corpus.ids["test"],
-                                      max_tokens=self.config.train.max_eval_tokens)
+            test = evaluator.evaluate(self.corpus.ids["test"], max_tokens=max_tokens)
             results.update(test_perplexity=test.perplexity, test_mean_gate=test.mean_gate)
+        if pointer_diagnostics.has_sentinel_pointer(best):
+            # Proof that the pointer trained (or not): see `pointer_diagnostics`.
+            results["pointer"] = pointer_diagnostics.pointer_diagnostics(
+                best, self.corpus.ids["valid"][:max_tokens], length=self.config.train.eval_length,
+                initial_weights=pointer_diagnostics.load_initial_pointer_weights(
+                    self.workdir / checkpointing.INITIAL_POINTER_FILE))
         reporting.write_json_atomic(self.workdir / checkpointing.RESULTS_FILE, results)
         return results
 
@@ -208,8 +214,9 @@ def run(config, workdir, strategy=None, verbose=1):
 
     Returns:
         dict: `best_valid_perplexity`, `test_perplexity` (when the corpus has a test split),
-        `epochs`, `global_step`, `train_seconds` (also written to `workdir/results.json`); an
-        empty dict on non-chief workers.
+        `epochs`, `global_step`, `train_seconds`, and for a sentinel pointer `pointer`, its
+        diagnostics on the validation split (`pointer_diagnostics.pointer_diagnostics`); also
+        written to `workdir/results.json`. An empty dict on non-chief workers.
 
     Raises:
         NonFiniteLossError: the loss became NaN or infinite (the last checkpoint is kept).
