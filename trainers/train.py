@@ -82,7 +82,8 @@ flags.DEFINE_float("dropout", None, "Locked dropout on the embedding, between la
 flags.DEFINE_float("zoneout", None, "Zoneout probability of the LSTM states.")
 flags.DEFINE_float("clip_norm", None, "Global gradient norm limit (paper: 1).")
 flags.DEFINE_float("pointer_clip_norm", None, "Own global norm limit of the pointer's variables "
-                   "(W, b, s); --clip_norm then applies to the rest (unset: one joint norm).")
+                   "(W, b, s); --clip_norm then applies to the rest. 0: one joint norm for all "
+                   "variables (the paper's). Default: the preset's.")
 flags.DEFINE_float("pointer_loss_weight", None, "Weight of eq. 9's pointer term "
                    "-log(g + sum a_i[x_i = y]) (paper: 1; 0: mixture NLL only, an ablation).")
 flags.DEFINE_integer("seed", None, "Seed of initialisation and dropout.")
@@ -120,7 +121,9 @@ flags.register_validator("context_length", lambda v: v is None or v >= 0,
                          message="must be an integer >= 0.")
 flags.register_validator("pointer_loss_weight", lambda v: v is None or 0 <= v < float("inf"),
                          message="must be a finite number >= 0.")
-for _name in ("learning_rate", "clip_norm", "pointer_clip_norm"):
+flags.register_validator("pointer_clip_norm", lambda v: v is None or v >= 0,
+                         message="must be >= 0 (0: one joint norm).")
+for _name in ("learning_rate", "clip_norm"):
     flags.register_validator(_name, lambda v: v is None or v > 0, message="must be > 0.")
 flags.register_validator("lr_decay", lambda v: v is None or 0 < v <= 1,
                          message="must be in (0, 1].")
@@ -180,6 +183,8 @@ def config_from_flags(flag_values=FLAGS):
                   steps_per_epoch="steps_per_epoch", seed="seed", jit_compile="jit_compile",
                   checkpoint_every_steps="checkpoint_every_steps",
                   max_eval_tokens="max_eval_tokens", eval_batch_size="eval_batch_size")
+    if f.pointer_clip_norm == 0:
+        train["pointer_clip_norm"] = None
     if f.optimizer == "adam" and f.learning_rate is None:
         train["learning_rate"] = 1e-3
     data = given(dataset="dataset", data_dir="data_dir", min_count="min_count",

@@ -39,6 +39,17 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertEqual((config.model.seed, config.train.seed), (9, 9))
         self.assertEqual(config.train.learning_rate, 1.0)
 
+    def test_pointer_clipping_and_the_eq9_weight(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--pointer_clip_norm=0.5",
+                            "--pointer_loss_weight=0")
+        self.assertEqual(config.train.pointer_clip_norm, 0.5)
+        self.assertEqual(config.train.pointer_loss_weight, 0.0)
+        with flagsaver.flagsaver():  # 0: the paper's one joint norm
+            config = _parse("--workdir=/tmp/w", "--pointer_clip_norm=0", "--clip_norm=1")
+        self.assertIsNone(config.train.pointer_clip_norm)
+        self.assertEqual(config.train.clip_norm, 1.0)
+
     def test_adam_without_learning_rate_gets_adams_default(self):
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--optimizer=adam")
@@ -52,6 +63,9 @@ class FlagsToConfigTest(tf.test.TestCase):
             (["--pointer_memory=stale"], bad_value, r"recompute\|cache"),
             (["--jit_compile=maybe"], bad_value, r"auto\|on\|off"),
             (["--learning_rate=-1"], bad_value, r"--learning_rate=-1.0: must be > 0"),
+            (["--pointer_clip_norm=-1"], bad_value, r"--pointer_clip_norm=-1.0: must be >= 0"),
+            (["--pointer_loss_weight=-0.5"], bad_value,
+             r"--pointer_loss_weight=-0.5: must be a finite number >= 0"),
             (["--dataset=ptb"], app.UsageError, r"--data_dir is required for --dataset=ptb"),
             (["--window_size=4", "--pointer_memory=recompute", "--context_length=4"],
              app.UsageError, r"--context_length=4 must be < --window_size=4"),
