@@ -132,7 +132,8 @@ def pointer_statistics(records, lambdas=DEFAULT_LAMBDAS):
     p_vocab = np.exp(records["vocab_log_prob"])
     pointer_share = np.maximum(1.0 - gate, _TINY)
     # r: the pointer's own distribution's probability of the target (eq. 3's p_ptr / (1 - g)).
-    r = np.where(mass > 0, mass / pointer_share, 0.0)
+    # Clipped at 1: where 1 - g underflows, float32 round-off can make the ratio exceed it.
+    r = np.clip(np.where(mass > 0, mass / pointer_share, 0.0), 0.0, 1.0)
     num = len(gate)
 
     def mean(values, where):

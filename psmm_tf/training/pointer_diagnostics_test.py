@@ -54,6 +54,14 @@ class PointerStatisticsTest(tf.test.TestCase):
         # Precision: half the pointer's mass lands on the target.
         self.assertAllClose(stats["pointer_precision"], 0.25, rtol=1e-6)
 
+    def test_a_saturated_gate_keeps_the_pointer_distribution_a_probability(self):
+        # 1 - g underflows in float32 while the attention still holds round-off mass.
+        gate = np.array([1.0 - 1e-9, 1.0])
+        stats = diagnostics.pointer_statistics(
+            _records(gate, np.array([0.01, 0.01]), np.array([1e-7, 1e-8])), lambdas=[0.5])
+        self.assertAllClose(stats["attention_as_cache"]["log_ppl"],
+                            -np.mean(np.log([0.5 * 0.01 + 0.5, 0.5 * 0.01 + 0.5])))
+
     def test_gate_in_and_out_of_the_window(self):
         gate = np.array([0.2, 0.4, 0.9, 0.7])
         stats = diagnostics.pointer_statistics(
