@@ -3,6 +3,9 @@
 A run's workdir:
     config.json         `ExperimentConfig.to_json()` of the run (vocab_size and seeds resolved)
     vocab.txt           `Vocabulary.save`: one token per line, line number = id
+    vocab.sha256        sha256 of the vocabulary's tokens (`vocabulary_hash`), checked wherever
+                        a vocabulary is loaded with the run's model
+    .lock               the pid of the run in progress (`run_setup.workdir_lock`)
     checkpoints/        `tf.train.Checkpoint` files managed by `tf.train.CheckpointManager`
     model.keras         `model.save` of the best model so far by validation perplexity
     history.json        one record per finished epoch (perplexities, learning rate, timing)
@@ -24,10 +27,18 @@ Checkpoints written before that held copies under two more keys, `weights` and `
 restore into this object graph unchanged (a restore matches the objects it has, and the extra
 keys point at the same saved values).
 `CheckpointManager.save` writes the files first and then updates the `checkpoint` index, so a
-kill mid-write leaves the previous checkpoint as the latest.
+kill mid-write leaves the previous checkpoint as the latest. A checkpoint damaged later (a
+truncated or corrupted file) is skipped by `restore_latest` for the one before it, saying so.
 """
 
+import hashlib
+import re
+from pathlib import Path
+
 import tensorflow as tf
+from absl import logging
+
+from psmm_tf.data.vocabulary import Vocabulary
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
@@ -39,6 +50,8 @@ RESULTS_FILE = "results.json"
 # The pointer's weights at the start of training (W, b, s), for the pointer diagnostics.
 INITIAL_POINTER_FILE = "initial_pointer.npz"
 TENSORBOARD_DIR = "tensorboard"
+VOCAB_HASH_FILE = "vocab.sha256"
+LOCK_FILE = ".lock"
 
 
 class Progress(tf.Module):
@@ -115,12 +128,120 @@ def make_manager(checkpoint, directory, max_to_keep):
 
 
 def restore_model_weights(model, directory):
-    """Restores all of the model's weights from the latest checkpoint in `directory`.
+    """Restores all of the model's weights from the latest readable checkpoint in `directory`.
 
     Returns:
         The checkpoint path restored, or None when there is none.
+
+    Raises:
+        CheckpointRestoreError: every checkpoint is damaged (see `restore_latest`).
     """
-    path = tf.train.latest_checkpoint(directory)
-    if path is not None:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial()
-    return path
+    return restore_latest(tf.train.Checkpoint(model=model), directory, partial=True)
+
+
+class CheckpointRestoreError(RuntimeError):
+    """No checkpoint of a run's directory could be read."""
+
+
+def checkpoint_paths(directory):
+    """The checkpoint prefixes (`.../ckpt-N`) of `directory`, newest (highest N) first.
+
+    Read from the files themselves, not the `checkpoint` index, so a damaged index hides none.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    numbered = []
+    for index in directory.glob("ckpt-*.index"):
+        match = re.fullmatch(r"ckpt-(\d+)\.index", index.name)
+        if match:
+            numbered.append((int(match.group(1)), str(directory / index.name[:-len(".index")])))
+    return [path for _, path in sorted(numbered, reverse=True)]
+
+
+# What reading a truncated or corrupted checkpoint raises (TF's reader: DataLossError, or an
+# IndexError "Read less bytes than requested"; OpError covers a missing data shard).
+_DAMAGED = (tf.errors.OpError, IndexError, ValueError)
+
+
+def restore_latest(checkpoint, directory, partial=False):
+    """Restores the newest readable checkpoint of `directory` into `checkpoint`.
+
+    A checkpoint that cannot be read (truncated, corrupted, a shard missing) is skipped for the
+    one before it, with a logged warning naming its files; a checkpoint of another model (its
+    objects do not match) is an error, not skipped.
+
+    Args:
+        checkpoint: `tf.train.Checkpoint`.
+        directory: str or path.
+        partial: bool. True: `checkpoint` holds a part of the saved objects (e.g. the model
+            only); False: every object of `checkpoint` must be in the file.
+
+    Returns:
+        The path restored, or None when `directory` holds no checkpoint.
+
+    Raises:
+        CheckpointRestoreError: every checkpoint is damaged (the message names each one).
+        AssertionError: the checkpoint holds another model's objects.
+    """
+    paths = checkpoint_paths(directory)
+    failures = []
+    for path in paths:
+        try:
+            status = checkpoint.restore(path)
+        except _DAMAGED as err:
+            lines = str(err).strip().splitlines()
+            reason = f"{type(err).__name__}: {lines[0] if lines else ''}"
+            logging.warning("Checkpoint %s (files %s.index, %s.data-*) cannot be read (%s); "
+                            "falling back to the one before it, if any.", path, path, path,
+                            reason)
+            failures.append(f"{path}: {reason}")
+            continue
+        if partial:
+            status.expect_partial()
+        else:
+            status.assert_existing_objects_matched()
+        return path
+    if failures:
+        raise CheckpointRestoreError(
+            f"No checkpoint of {directory} can be restored: {'; '.join(failures)}. The files "
+            f"are damaged, or hold another model (a lost config.json resumed with other "
+            f"settings?). Nothing was started from scratch over them; move the folder away to "
+            f"start a new run.")
+    return None
+
+
+def vocabulary_hash(path):
+    """sha256 (hex) of the tokens of vocabulary file `path`, in order (one per line)."""
+    tokens = Vocabulary.load(path).tokens
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
+
+
+def write_vocabulary_hash(workdir):
+    """Writes `<workdir>/vocab.sha256` (`sha256sum` format) for `<workdir>/vocab.txt`."""
+    workdir = Path(workdir)
+    digest = vocabulary_hash(workdir / VOCAB_FILE)
+    (workdir / VOCAB_HASH_FILE).write_text(f"{digest}  {VOCAB_FILE}\n")
+
+
+def check_vocabulary(vocab_path, run_dir):
+    """Raises ValueError when `vocab_path` is not the vocabulary the run in `run_dir` trained on.
+
+    The run's `vocab.sha256` (written when it started) is the reference; a run without one
+    (older runs) is not checked.
+
+    Returns:
+        True when the vocabulary was checked, False when `run_dir` has no `vocab.sha256`.
+    """
+    hash_path = Path(run_dir) / VOCAB_HASH_FILE
+    if not hash_path.is_file():
+        return False
+    expected = hash_path.read_text().split()[0] if hash_path.read_text().split() else ""
+    actual = vocabulary_hash(vocab_path)
+    if actual != expected:
+        raise ValueError(
+            f"Vocabulary {vocab_path} is not the one the model of {run_dir} was trained with: "
+            f"its tokens hash to sha256 {actual[:16]}..., {hash_path} records "
+            f"{expected[:16]}... (same words in another order, or other words). Use the run's "
+            f"own {VOCAB_FILE}.")
+    return True

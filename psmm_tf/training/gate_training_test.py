@@ -136,6 +136,7 @@ class GatedModelTest(testing.TestCase):
         workdir = Path(self.get_temp_dir()) / "gate_run"
         strategy = tf.distribute.get_strategy()
         config, corpus = run_setup.prepare_workdir(self.config, workdir, strategy)
+        run_setup.write_run_files(config, corpus, workdir, strategy)
         self.assertEqual(corpus.vocabulary.tokens, tuple(WORDS))
         self.assertEqual(Vocabulary.load(workdir / "vocab.txt"), Vocabulary(WORDS))
         self.assertEqual(config.model.vocab_size, len(WORDS))
@@ -149,7 +150,8 @@ class GatedModelTest(testing.TestCase):
     def test_a_run_with_an_old_config_file_resumes(self):
         workdir = Path(self.get_temp_dir()) / "old_run"
         strategy = tf.distribute.get_strategy()
-        config, _ = run_setup.prepare_workdir(self.base, workdir, strategy)
+        config, corpus = run_setup.prepare_workdir(self.base, workdir, strategy)
+        run_setup.write_run_files(config, corpus, workdir, strategy)
         fields = json.loads((workdir / "config.json").read_text())
         for name in ("base_model", "gate_embedding_dim", "gate_dropout"):
             del fields["model"][name]

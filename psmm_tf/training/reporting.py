@@ -75,6 +75,27 @@ class Reporter:
             if cut:
                 self._steps_file.write("\n")
 
+    def drop_steps_after(self, global_step):
+        """Removes the `steps.jsonl` records of steps after `global_step` (the restored
+        checkpoint's; 0 for a new run), and any line cut by a kill: a resumed run logs those
+        steps again, so each appears once."""
+        if not self.enabled:
+            return
+        path = self.workdir / checkpointing.STEPS_FILE
+        self._steps_file.close()
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and record.get("global_step", 0) <= global_step:
+                kept.append(line + "\n")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, path)
+        self._steps_file = open(path, "a")
+
     def start_epoch(self, epoch, num_steps, first_step):
         if self.enabled and self.verbose:
             print(f"Epoch {epoch + 1}", flush=True)

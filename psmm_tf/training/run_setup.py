@@ -1,14 +1,32 @@
-"""Preparing a run's workdir: the resolved config, the vocabulary, and resuming checks."""
+"""Preparing a run's workdir: the resolved config, the vocabulary, resuming checks, the lock.
 
+A run is validated (corpus, config against a resumed run, vocabulary) before it writes its
+`config.json` and `vocab.txt` (`write_run_files`), so a run refused at start leaves nothing that
+blocks the corrected command. `workdir_lock` keeps a second run out of a workdir in use.
+"""
+
+import contextlib
 import dataclasses
+import fcntl
+import os
 from pathlib import Path
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from psmm_tf.configs import ExperimentConfig
+from psmm_tf.data.pipeline import steps_per_epoch
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.training import checkpointing, corpus_setup, distribution
+
+
+class RunRefusedError(ValueError):
+    """A run refused at start (its data, config, vocabulary or workdir); nothing was written."""
+
+
+class WorkdirLockedError(RunRefusedError):
+    """Another run holds the workdir's lock file."""
 
 # Fields a resumed run may change: they affect how long or how fast it runs, not what it learns.
 RESUMABLE_CHANGES = frozenset({
@@ -40,13 +58,16 @@ def config_differences(old, new):
 
 
 def prepare_workdir(config, workdir, strategy):
-    """Resolves the config against the data and the workdir, and writes the run's files.
+    """Resolves the config against the data and the workdir; writes none of the run's files.
 
     The vocabulary size is set from the data and a missing model seed from `train.seed`. A
     workdir that already holds a run must have been started with the same config, except for
-    the fields in `RESUMABLE_CHANGES`; its `vocab.txt` is reused. A new run with
-    `model.base_model` (an input-to-output gate run) takes the vocabulary of the base model's
-    run, `<folder of base_model>/vocab.txt`.
+    the fields in `RESUMABLE_CHANGES`; its `vocab.txt` is reused (and must match the run's
+    `vocab.sha256`). A new run with `model.base_model` (an input-to-output gate run) takes the
+    vocabulary of the base model's run, `<folder of base_model>/vocab.txt`. The training split
+    must fill at least one window of every stream, and the validation split must exist.
+    Only the synthetic corpus is written (into `<workdir>/synthetic_data`); `write_run_files`
+    writes the run's own files once the run has started.
 
     Args:
         config: `ExperimentConfig` (e.g. from flags).
@@ -57,7 +78,8 @@ def prepare_workdir(config, workdir, strategy):
         `(config, corpus)`: the resolved `ExperimentConfig` and the `corpus_setup.Corpus`.
 
     Raises:
-        ValueError: the workdir holds a run with another config.
+        RunRefusedError (a ValueError): the workdir holds a run with another config or another
+            vocabulary, or the corpus is missing, unreadable or too short for the config.
         FileNotFoundError: `model.base_model` has no `vocab.txt` beside it.
     """
     workdir = Path(workdir)
@@ -65,12 +87,24 @@ def prepare_workdir(config, workdir, strategy):
     config_path = workdir / checkpointing.CONFIG_FILE
     vocab_path = workdir / checkpointing.VOCAB_FILE
     stored = ExperimentConfig.from_json(config_path.read_text()) if config_path.is_file() else None
-    has_vocabulary = vocab_path.is_file()
-    vocabulary = Vocabulary.load(vocab_path) if has_vocabulary else _base_vocabulary(config)
+    if vocab_path.is_file():
+        try:
+            checkpointing.check_vocabulary(vocab_path, workdir)
+        except ValueError as err:
+            raise RunRefusedError(str(err)) from None
+        vocabulary = Vocabulary.load(vocab_path)
+    else:
+        vocabulary = _base_vocabulary(config)
     scratch = workdir / "synthetic_data"
     if not chief:
         scratch = workdir / f".{distribution.worker_name(strategy)}" / "synthetic_data"
-    corpus = corpus_setup.load_corpus(config.data, scratch_dir=scratch, vocabulary=vocabulary)
+    try:
+        corpus = corpus_setup.load_corpus(config.data, scratch_dir=scratch,
+                                          vocabulary=vocabulary)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as err:
+        raise RunRefusedError(f"Corpus (dataset={config.data.dataset!r}, data_dir="
+                              f"{config.data.data_dir}): {err}") from None
+    _check_corpus_fits(config, corpus)
     seed = config.model.seed if config.model.seed is not None else config.train.seed
     config = config.replace(model={"vocab_size": len(corpus.vocabulary), "seed": seed})
     if stored is not None:
@@ -79,16 +113,129 @@ def prepare_workdir(config, workdir, strategy):
         if changed:
             details = ", ".join(f"{name}: {_field(stored, name)!r} -> {_field(config, name)!r}"
                                 for name in changed)
-            raise ValueError(
+            raise RunRefusedError(
                 f"{workdir} holds a run with another config ({details}). Resume it with the "
                 f"same settings, or start the new run in another workdir."
             )
-    if chief:
-        workdir.mkdir(parents=True, exist_ok=True)
-        config_path.write_text(config.to_json())
-        if not has_vocabulary:
-            corpus.vocabulary.save(vocab_path)
     return config, corpus
+
+
+def write_run_files(config, corpus, workdir, strategy):
+    """Writes the run's `config.json`, and `vocab.txt` and `vocab.sha256` when missing.
+
+    Called once the run is validated and its checkpoint (if any) restored: a run that fails at
+    start leaves no config that would refuse the corrected command. Only the chief writes.
+    """
+    if not distribution.is_chief(strategy):
+        return
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / checkpointing.CONFIG_FILE
+    tmp = config_path.with_name(config_path.name + ".tmp")
+    tmp.write_text(config.to_json())
+    os.replace(tmp, config_path)
+    vocab_path = workdir / checkpointing.VOCAB_FILE
+    if not vocab_path.is_file():
+        corpus.vocabulary.save(vocab_path)
+    if not (workdir / checkpointing.VOCAB_HASH_FILE).is_file():
+        checkpointing.write_vocabulary_hash(workdir)
+
+
+def _check_corpus_fits(config, corpus):
+    """Raises `RunRefusedError` when the corpus cannot feed one training step or validation."""
+    train, data = config.train, config.data
+    num_train = len(corpus.ids["train"])
+    if steps_per_epoch(num_train, train.batch_size, train.num_predicted, shuffled=True) < 1:
+        needed = train.batch_size * 2 * train.num_predicted + 1
+        raise RunRefusedError(
+            f"The training split ({data.train_split!r} in {corpus.data_dir}) has {num_train} "
+            f"tokens: too few for batch_size={train.batch_size} streams of num_predicted="
+            f"{train.num_predicted} (about {needed} needed). Give a longer training file or a "
+            f"smaller --batch_size / --bptt.")
+    valid = corpus.ids.get("valid")
+    if valid is None or len(valid) < 2:
+        found = "no file" if valid is None else f"{len(valid)} token(s)"
+        raise RunRefusedError(
+            f"The validation split ({data.valid_split!r} in {corpus.data_dir}) has {found}; "
+            f"at least 2 tokens are needed (set --valid_split to a split that exists).")
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir, enabled=True):
+    """Holds `<workdir>/.lock` (the owner's pid) while the block runs: one run per workdir.
+
+    The lock is an exclusive `flock` on the file, which the kernel releases when its process
+    ends, however it ends: the lock file of a killed run (SIGKILL) is taken over, with a logged
+    warning naming its pid. Creates the workdir (removed again if it is still empty at the end).
+
+    Args:
+        workdir: str or path.
+        enabled: bool. False (non-chief workers, which share the chief's workdir): no lock.
+
+    Raises:
+        WorkdirLockedError: another process holds the lock.
+        RunRefusedError: the workdir is a file, or it or its lock file cannot be written.
+    """
+    if not enabled:
+        yield None
+        return
+    workdir = Path(workdir)
+    if workdir.exists() and not workdir.is_dir():
+        raise RunRefusedError(f"The workdir {workdir} is a file; expected a folder (or a path "
+                              f"that does not exist yet).")
+    created = not workdir.exists()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunRefusedError(f"Cannot create the workdir {workdir}: {err.strerror}.") from None
+    path = workdir / checkpointing.LOCK_FILE
+    fd = _acquire_lock(path)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                workdir.rmdir()  # only when nothing else was written
+
+
+def _acquire_lock(path):
+    """Opens, flocks and fills `path` with this process's pid; returns the descriptor."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise RunRefusedError(f"Cannot write the lock file {path} (is the workdir "
+                                  f"writable?): {err.strerror}.") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_lock_pid(fd)
+            os.close(fd)
+            raise WorkdirLockedError(
+                f"The workdir {path.parent} is in use by another run (pid {holder or '?'}, lock "
+                f"file {path}). Wait for it to end, or use another --workdir.") from None
+        try:
+            same_file = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same_file = False
+        if not same_file:  # the previous holder removed the file as we opened it: again
+            os.close(fd)
+            continue
+        previous = _read_lock_pid(fd)
+        if previous:
+            logging.warning("Took over the lock file %s of pid %s, which no longer runs "
+                            "(killed?).", path, previous)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+
+def _read_lock_pid(fd):
+    text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    return text if text.isdigit() else None
 
 
 def _base_vocabulary(config):

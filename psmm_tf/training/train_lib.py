@@ -80,9 +80,9 @@ class _Run:
 
     def restore(self):
         """Restores the latest checkpoint of the chief's directory, if any; returns its path."""
-        path = tf.train.latest_checkpoint(str(self.workdir / checkpointing.CHECKPOINT_DIR))
+        path = checkpointing.restore_latest(self.checkpoint,
+                                            self.workdir / checkpointing.CHECKPOINT_DIR)
         if path is not None:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
         elif self.chief and pointer_diagnostics.has_sentinel_pointer(self.model):
             pointer_diagnostics.save_initial_pointer_weights(
@@ -220,20 +220,26 @@ def run(config, workdir, strategy=None, verbose=1):
 
     Raises:
         NonFiniteLossError: the loss became NaN or infinite (the last checkpoint is kept).
-        ValueError: bad config, data, or a workdir holding a run with another config.
+        run_setup.RunRefusedError (a ValueError): bad data, a workdir holding a run with
+            another config or vocabulary, or in use by another run (nothing written then).
+        checkpointing.CheckpointRestoreError: no checkpoint of the workdir can be read.
     """
     workdir = Path(workdir)
     strategy = strategy or tf.distribute.get_strategy()
-    config, corpus = run_setup.prepare_workdir(config, workdir, strategy)
-    state = _Run(config, corpus, workdir, strategy, verbose)
-    try:
-        state.restore()
-        while not state.schedule.should_stop:
-            meter = state.train_epoch()
-            state.end_epoch(meter)
-        results = state.finish()
-    finally:
-        state.reporter.close()
+    with run_setup.workdir_lock(workdir, enabled=distribution.is_chief(strategy)):
+        config, corpus = run_setup.prepare_workdir(config, workdir, strategy)
+        state = _Run(config, corpus, workdir, strategy, verbose)
+        try:
+            state.restore()
+            # Only now, with the run validated and its checkpoint read, its files are written.
+            run_setup.write_run_files(config, corpus, workdir, strategy)
+            state.reporter.drop_steps_after(state.progress.get()[2])
+            while not state.schedule.should_stop:
+                meter = state.train_epoch()
+                state.end_epoch(meter)
+            results = state.finish()
+        finally:
+            state.reporter.close()
     if not state.chief:
         shutil.rmtree(workdir / f".{distribution.worker_name(strategy)}", ignore_errors=True)
     return results
