@@ -31,7 +31,8 @@ flags.DEFINE_string("baseline_workdir", None, "A run of the comparison model (e.
 flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split (role) to evaluate.")
 flags.DEFINE_string("output_dir", None, "Where the report goes (default: "
                     "<workdir>/evaluation_<split>).")
-flags.DEFINE_string("data_dir", None, "Where the corpus files are, if they moved since training.")
+flags.DEFINE_string("data_dir", None, "Where the corpus files are, if they moved since "
+                    "training (real corpora only; read, never written).")
 flags.DEFINE_integer("max_tokens", None, "Evaluate the first tokens of the split only.",
                      lower_bound=2)
 flags.DEFINE_integer("batch_size", 1, "Streams read side by side (1: exact).", lower_bound=1)
@@ -138,11 +139,14 @@ def _main(argv):
 
     cache = None if cache_options is None else cache_evaluation.CacheSettings(**cache_options)
     output_dir = FLAGS.output_dir or workdir / f"evaluation_{FLAGS.split}"
-    metrics = evaluation_report.evaluation_report(
-        workdir, output_dir, split=FLAGS.split, baseline_workdir=FLAGS.baseline_workdir,
-        data_dir=FLAGS.data_dir, max_tokens=FLAGS.max_tokens, batch_size=FLAGS.batch_size,
-        length=FLAGS.length, num_buckets=FLAGS.num_buckets, bucket_by=FLAGS.bucket_by,
-        positions=positions, num_examples=FLAGS.num_examples, cache=cache)
+    try:
+        metrics = evaluation_report.evaluation_report(
+            workdir, output_dir, split=FLAGS.split, baseline_workdir=FLAGS.baseline_workdir,
+            data_dir=FLAGS.data_dir, max_tokens=FLAGS.max_tokens, batch_size=FLAGS.batch_size,
+            length=FLAGS.length, num_buckets=FLAGS.num_buckets, bucket_by=FLAGS.bucket_by,
+            positions=positions, num_examples=FLAGS.num_examples, cache=cache)
+    except evaluation_report.RunLoadError as err:
+        sys.exit(f"FATAL {err}")  # names the file, split or --data_dir; nothing written
     print(f"{metrics['model']} {FLAGS.split} perplexity {metrics['perplexity']:.2f} "
           f"({metrics['num_targets']} targets), mean gate {metrics['gate']['mean']:.3f}")
     if "pointer" in metrics:

@@ -38,8 +38,8 @@ flags.DEFINE_enum("dataset", None, list(configs.DATASETS),
                   "Corpus: synthetic (generated, no files needed), ptb, wikitext2, wikitext103, "
                   "or text (a folder with train.txt, valid.txt, test.txt). Default: the "
                   "preset's (synthetic).")
-flags.DEFINE_string("data_dir", None, "Folder of the corpus files (required for real corpora; "
-                    "for synthetic, where its files are written).")
+flags.DEFINE_string("data_dir", None, "Folder of the corpus files (required for real corpora, "
+                    "with --dataset naming their layout; read only, never written).")
 flags.DEFINE_enum("train_split", None, list(configs.SPLITS),
                   "Corpus file used for training (e.g. valid where a training file is absent).")
 flags.DEFINE_enum("valid_split", None, list(configs.SPLITS),
@@ -204,6 +204,18 @@ def config_from_flags(flag_values=FLAGS):
         raise app.UsageError(
             f"--data_dir is required for --dataset={config.data.dataset}: the folder holding "
             "the corpus files (e.g. ptb.train.txt, ptb.valid.txt, ptb.test.txt).")
+    if config.data.dataset == "synthetic" and f.data_dir is not None:
+        # The generator would write its splits there, over a user's files.
+        if f.input_output_gate_on is not None:
+            reason = "the run of --input_output_gate_on trained on the synthetic corpus"
+        elif f.dataset is None:
+            reason = ("--dataset is not given, so the preset's synthetic corpus would be "
+                      "generated; name the layout of that folder's files with --dataset="
+                      "ptb|wikitext2|wikitext103|text")
+        else:
+            reason = "--dataset=synthetic is generated into the workdir"
+        raise app.UsageError(f"--data_dir={f.data_dir} is refused: {reason}. Nothing is "
+                             "written into a --data_dir.")
     if (config.train.pointer_memory == "recompute" and config.train.context_length is not None
             and config.train.context_length >= config.model.window_size):
         raise app.UsageError(
@@ -254,14 +266,17 @@ def _main(argv):
         # The message alone (app.run would bury it under the whole help text); nothing written.
         sys.exit(f"FATAL Flags error: {err}\nPass --helpfull to see help on flags.")
     strategy = make_strategy(FLAGS.strategy, FLAGS.logical_cpus)
-    from psmm_tf.training import comparison, train_lib
+    from psmm_tf.training import checkpointing, comparison, run_setup, train_lib
 
-    if FLAGS.compare_baseline:
-        results = comparison.compare_with_baseline(config, FLAGS.workdir, strategy=strategy,
-                                                   verbose=FLAGS.verbose)
-        print(comparison.format_comparison(results), flush=True)
-        return
-    results = train_lib.run(config, FLAGS.workdir, strategy=strategy, verbose=FLAGS.verbose)
+    try:
+        if FLAGS.compare_baseline:
+            results = comparison.compare_with_baseline(config, FLAGS.workdir, strategy=strategy,
+                                                       verbose=FLAGS.verbose)
+            print(comparison.format_comparison(results), flush=True)
+            return
+        results = train_lib.run(config, FLAGS.workdir, strategy=strategy, verbose=FLAGS.verbose)
+    except (run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
+        sys.exit(f"FATAL {err}")  # the message names the file or setting; no stack dump
     if results:
         print(f"best valid perplexity {results['best_valid_perplexity']:.2f}"
               + (f", test perplexity {results['test_perplexity']:.2f}"

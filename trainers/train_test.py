@@ -84,7 +84,8 @@ class InputOutputGateFlagsTest(tf.test.TestCase):
         self.base.mkdir(exist_ok=True)
         base_config = configs.get_preset("tiny").replace(
             model={"vocab_size": 50, "seed": 4},
-            train={"seed": 4, "max_epochs": 6, "clip_norm": 0.5})
+            train={"seed": 4, "max_epochs": 6, "clip_norm": 0.5},
+            data={"dataset": "ptb", "data_dir": "/data/ptb"})
         (self.base / "config.json").write_text(base_config.to_json())
         for name in ("vocab.txt", "model.keras"):
             (self.base / name).write_text("")

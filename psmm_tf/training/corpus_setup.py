@@ -35,16 +35,30 @@ class Corpus:
 
 
 def synthetic_directory(data_config, scratch_dir):
-    """Where the synthetic corpus of `data_config` lives: its `data_dir` or `scratch_dir`."""
-    return Path(data_config.data_dir) if data_config.data_dir else Path(scratch_dir)
+    """Where the synthetic corpus of `data_config` lives: `scratch_dir` (the run's own folder).
+
+    Raises:
+        ValueError: `data_config.data_dir` is set: the generator writes its splits and would
+            overwrite a user's files there, so it is refused.
+    """
+    if data_config.data_dir:
+        raise ValueError(
+            f"data_dir={data_config.data_dir} was given with dataset='synthetic', which is "
+            "generated into the run's own workdir (synthetic_data/) and never written into a "
+            "data folder; name the format of that folder's files (dataset ptb, wikitext2, "
+            "wikitext103 or text) or leave data_dir out.")
+    if scratch_dir is None:
+        raise ValueError("The synthetic corpus needs a scratch_dir to live in.")
+    return Path(scratch_dir)
 
 
 def load_corpus(data_config, scratch_dir=None, vocabulary=None):
-    """Reads (or, for "synthetic", first writes) a corpus and encodes its splits.
+    """Reads (or, for "synthetic", first writes into `scratch_dir`) a corpus; encodes its splits.
 
     Args:
         data_config: `psmm_tf.configs.DataConfig`.
-        scratch_dir: str or path. Where the synthetic corpus is written when `data_dir` is None.
+        scratch_dir: str or path. The run's own folder where the synthetic corpus is written
+            (a `data_dir` with "synthetic" is refused: nothing is written into a data folder).
         vocabulary: optional `Vocabulary` (e.g. a run's saved `vocab.txt`); built otherwise:
             "synthetic" uses the generator's `vocab.txt` (training words plus held-out names),
             every other dataset `Vocabulary.build` over the training role's tokens with
@@ -54,13 +68,12 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None):
         A `Corpus`.
 
     Raises:
-        ValueError: no `data_dir` for a real corpus, or no file for the training role.
+        ValueError: no `data_dir` for a real corpus, a `data_dir` for "synthetic", or no file
+            for the training role.
         FileNotFoundError: the directory or its files are missing.
     """
     dataset = data_config.dataset
     if dataset == "synthetic":
-        if data_config.data_dir is None and scratch_dir is None:
-            raise ValueError("The synthetic corpus needs a data_dir or a scratch_dir to live in.")
         directory = synthetic_directory(data_config, scratch_dir)
         if not (directory / "train.txt").is_file():
             write_synthetic_splits(directory, seed=data_config.synthetic_seed,

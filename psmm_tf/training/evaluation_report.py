@@ -22,6 +22,10 @@ from psmm_tf.training import (
 from psmm_tf.training.evaluation import Evaluator
 
 
+class RunLoadError(ValueError):
+    """A run cannot be evaluated as asked: its vocabulary, corpus or split (nothing written)."""
+
+
 @dataclasses.dataclass
 class TrainedRun:
     """A run's config, corpus and model, loaded from its workdir."""
@@ -41,14 +45,33 @@ def load_trained_run(workdir, data_dir=None):
 
     Returns:
         A `TrainedRun`.
+
+    Raises:
+        RunLoadError: `vocab.txt` is not the run's (its `vocab.sha256`), `data_dir` is given for
+            a synthetic run (whose corpus is regenerated in the workdir, never in a data
+            folder), or the corpus cannot be read.
     """
     workdir = Path(workdir)
     config = ExperimentConfig.from_json((workdir / checkpointing.CONFIG_FILE).read_text())
     if data_dir is not None:
+        if config.data.dataset == "synthetic":
+            raise RunLoadError(
+                f"data_dir={data_dir}: the run in {workdir} trained on the synthetic corpus, "
+                "which is regenerated in its workdir; a data folder is neither read nor "
+                "written for it.")
         config = config.replace(data={"data_dir": str(data_dir)})
-    vocabulary = Vocabulary.load(workdir / checkpointing.VOCAB_FILE)
-    corpus = corpus_setup.load_corpus(config.data, scratch_dir=workdir / "synthetic_data",
-                                      vocabulary=vocabulary)
+    vocab_path = workdir / checkpointing.VOCAB_FILE
+    try:
+        checkpointing.check_vocabulary(vocab_path, workdir)
+    except ValueError as err:
+        raise RunLoadError(str(err)) from None
+    vocabulary = Vocabulary.load(vocab_path)
+    try:
+        corpus = corpus_setup.load_corpus(config.data, scratch_dir=workdir / "synthetic_data",
+                                          vocabulary=vocabulary)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as err:
+        raise RunLoadError(f"Corpus of {workdir} (dataset={config.data.dataset!r}, data_dir="
+                           f"{config.data.data_dir}): {err}") from None
     model_path = workdir / checkpointing.MODEL_FILE
     if model_path.is_file():
         model, source = keras.saving.load_model(model_path), str(model_path)
@@ -97,8 +120,11 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         dict: the contents of `metrics.json`.
     """
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     run = load_trained_run(workdir, data_dir)
+    if split not in run.corpus.ids:
+        raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
+                           f"has {sorted(run.corpus.ids)}).")
+    output_dir.mkdir(parents=True, exist_ok=True)
     ids = run.corpus.ids[split][:max_tokens] if max_tokens else run.corpus.ids[split]
     length = length or run.config.train.eval_length
     window = run.config.model.window_size

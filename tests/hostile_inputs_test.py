@@ -1,0 +1,257 @@
+"""Hostile inputs (issue 15): each is refused with a message naming it, and nothing a user has
+is touched (every pre-existing file byte-identical afterwards)."""
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import tensorflow as tf
+from train_testlib import REPO_ROOT, run_script, tiny_config
+
+from psmm_tf.training import checkpointing, evaluation_report, reporting, run_setup, train_lib
+
+
+def snapshot(directory):
+    """{relative path: bytes} of every file under `directory`."""
+    directory = Path(directory)
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def write_text_corpus(directory):
+    """A user's corpus folder: train.txt.gz, valid.txt, test.txt and a vocab.txt of theirs."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    line = "the cat sat on the mat and the dog sat on the log .\n"
+    with gzip.open(directory / "train.txt.gz", "wt") as f:
+        f.write(line * 200)
+    (directory / "valid.txt").write_text(line * 10)
+    (directory / "test.txt").write_text(line * 10)
+    (directory / "vocab.txt").write_text("<unk>\n<eos>\nthe\ncat\n")
+    return directory
+
+
+class _TrainedRunTestCase(tf.test.TestCase):
+    """One tiny synthetic run (12 steps, checkpoints 5, 10, 12), copied by each test."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "hostile_base_run"
+        if not (cls.base / "results.json").is_file():
+            shutil.rmtree(cls.base, ignore_errors=True)
+            train_lib.run(tiny_config(), cls.base, verbose=0)
+
+    def copy_run(self, name):
+        workdir = Path(self.get_temp_dir()) / name
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.copytree(self.base, workdir)
+        return workdir
+
+
+class DataDirTest(_TrainedRunTestCase):
+    def test_train_data_dir_without_dataset_is_refused_before_anything_is_written(self):
+        data = write_text_corpus(Path(self.get_temp_dir()) / "user_corpus")
+        other_run = self.copy_run("other_run")
+        for data_dir, args, message in [
+            (data, [], r"--data_dir=.*user_corpus is refused: --dataset is not given"),
+            (data, ["--dataset=synthetic"], r"--data_dir=.* is refused: --dataset=synthetic"),
+            (other_run, [], r"--data_dir=.*other_run is refused: --dataset is not given"),
+        ]:
+            with self.subTest(data_dir=data_dir, args=args):
+                before = snapshot(data_dir)
+                workdir = Path(self.get_temp_dir()) / "never"
+                done = run_script("trainers/train.py", [f"--workdir={workdir}",
+                                                        f"--data_dir={data_dir}", *args])
+                self.assertNotEqual(done.returncode, 0)
+                self.assertRegex(done.stderr, message)
+                if not args:
+                    self.assertIn("--dataset=ptb|wikitext2|wikitext103|text", done.stderr)
+                self.assertEqual(snapshot(data_dir), before)
+                self.assertFalse(workdir.exists())
+
+    def test_synthetic_corpus_is_never_written_into_a_data_dir(self):
+        data = write_text_corpus(Path(self.get_temp_dir()) / "user_corpus2")
+        before = snapshot(data)
+        config = tiny_config().replace(data={"data_dir": str(data)})
+        workdir = Path(self.get_temp_dir()) / "lib_run"
+        with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                    r"data_dir=.*user_corpus2 was given with dataset='synthetic'"):
+            train_lib.run(config, workdir, verbose=0)
+        self.assertEqual(snapshot(data), before)
+        self.assertFalse(workdir.exists())
+
+    def test_evaluate_data_dir_on_a_synthetic_run_writes_nothing(self):
+        data = write_text_corpus(Path(self.get_temp_dir()) / "user_corpus3")
+        (data / "train.txt.gz").unlink()  # the case that made the generator write there
+        run = self.copy_run("eval_run")
+        before, run_before = snapshot(data), snapshot(run)
+        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+                                    r"data_dir=.*user_corpus3: the run .* synthetic corpus"):
+            evaluation_report.load_trained_run(run, data_dir=data)
+        done = run_script("trainers/evaluate.py", [f"--workdir={run}", f"--data_dir={data}"])
+        self.assertNotEqual(done.returncode, 0)
+        self.assertRegex(done.stderr, r"FATAL data_dir=.*user_corpus3")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertEqual(snapshot(data), before)
+        self.assertEqual(snapshot(run), run_before)
+
+
+class FailedStartTest(_TrainedRunTestCase):
+    def test_a_refused_start_leaves_nothing_that_blocks_the_corrected_command(self):
+        workdir = Path(self.get_temp_dir()) / "fresh"
+        too_big = tiny_config(batch_size=1000)
+        with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                    r"'train' in .*synthetic_data\) has \d+ tokens: too few for "
+                                    r"batch_size=1000"):
+            train_lib.run(too_big, workdir, verbose=0)
+        for name in ("config.json", "vocab.txt", "vocab.sha256", ".lock"):
+            self.assertFalse((workdir / name).exists(), name)
+        results = train_lib.run(tiny_config(steps_per_epoch=3), workdir, verbose=0)
+        self.assertEqual(results["global_step"], 3)
+
+    def test_one_line_training_file_is_refused_naming_it(self):
+        data = Path(self.get_temp_dir()) / "one_line"
+        data.mkdir(exist_ok=True)
+        (data / "train.txt").write_text("just one short line\n")
+        (data / "valid.txt").write_text("a b c d\n")
+        workdir = Path(self.get_temp_dir()) / "one_line_run"
+        config = tiny_config().replace(data={"dataset": "text", "data_dir": str(data)})
+        with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                    r"training split \('train' in .*one_line\) has 5 tokens"):
+            train_lib.run(config, workdir, verbose=0)
+        self.assertFalse((workdir / "config.json").exists())
+
+    def test_lost_config_resumed_with_other_flags_writes_no_config(self):
+        workdir = self.copy_run("lost_config")
+        (workdir / "config.json").unlink()
+        before = snapshot(workdir)
+        with self.assertRaisesRegex(checkpointing.CheckpointRestoreError,
+                                    r"ckpt-12: .*another model"):
+            train_lib.run(tiny_config().replace(model={"hidden_dim": 24}), workdir, verbose=0)
+        self.assertFalse((workdir / "config.json").exists())
+        after = snapshot(workdir)
+        self.assertEqual({k: after[k] for k in before}, before)
+        # The corrected command (the run's own settings) resumes it.
+        results = train_lib.run(tiny_config(), workdir, verbose=0)
+        self.assertEqual(results["global_step"], 12)
+        self.assertTrue((workdir / "config.json").is_file())
+
+
+class WorkdirLockTest(_TrainedRunTestCase):
+    def test_second_run_on_a_workdir_in_use_is_refused(self):
+        workdir = self.copy_run("busy")
+        with run_setup.workdir_lock(workdir) as lock:
+            self.assertEqual(lock.read_text(), f"{os.getpid()}\n")
+            before = snapshot(workdir)
+            with self.assertRaisesRegex(run_setup.WorkdirLockedError,
+                                        rf"busy is in use by another run \(pid {os.getpid()}, "
+                                        rf"lock file .*busy/\.lock\)"):
+                train_lib.run(tiny_config(), workdir, verbose=0)
+            done = run_script("trainers/train.py", [
+                f"--workdir={workdir}", "--preset=tiny", "--synthetic_train_tokens=4000",
+                "--steps_per_epoch=12", "--epochs=1", "--checkpoint_every_steps=5",
+                "--max_eval_tokens=300"])
+            self.assertNotEqual(done.returncode, 0)
+            self.assertRegex(done.stderr, rf"FATAL The workdir .*busy is in use by another run "
+                                          rf"\(pid {os.getpid()}")
+            self.assertNotIn("Traceback", done.stderr)
+            self.assertEqual(snapshot(workdir), before)
+        self.assertFalse((workdir / ".lock").exists())
+
+    def test_lock_of_a_killed_run_is_taken_over_saying_so(self):
+        workdir = Path(self.get_temp_dir()) / "killed_holder"
+        workdir.mkdir(exist_ok=True)
+        code = ("import sys, time\nfrom psmm_tf.training import run_setup\n"
+                f"with run_setup.workdir_lock({str(workdir)!r}):\n"
+                "    print('locked', flush=True)\n    time.sleep(120)\n")
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=env)
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "locked")
+            with self.assertRaisesRegex(run_setup.WorkdirLockedError, rf"pid {holder.pid}"):
+                with run_setup.workdir_lock(workdir):
+                    pass
+        finally:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+        self.assertEqual((workdir / ".lock").read_text(), f"{holder.pid}\n")  # left behind
+        with self.assertLogs(level="WARNING") as logs:
+            with run_setup.workdir_lock(workdir) as lock:
+                self.assertEqual(lock.read_text(), f"{os.getpid()}\n")
+        self.assertRegex("\n".join(logs.output),
+                         rf"Took over the lock file .*killed_holder/\.lock of pid {holder.pid}")
+
+    def test_workdir_that_is_a_file_is_refused(self):
+        path = Path(self.get_temp_dir()) / "a_file"
+        path.write_text("mine\n")
+        with self.assertRaisesRegex(run_setup.RunRefusedError, r"a_file is a file; expected a "
+                                                               r"folder"):
+            train_lib.run(tiny_config(), path, verbose=0)
+        self.assertEqual(path.read_text(), "mine\n")
+
+
+class ResumeTest(_TrainedRunTestCase):
+    def test_truncated_latest_checkpoint_falls_back_and_steps_are_logged_once(self):
+        workdir = self.copy_run("truncated")
+        data = workdir / "checkpoints" / "ckpt-12.data-00000-of-00001"
+        data.write_bytes(data.read_bytes()[:100])
+        with self.assertLogs(level="WARNING") as logs:
+            results = train_lib.run(tiny_config(), workdir, verbose=0)
+        self.assertRegex("\n".join(logs.output),
+                         r"Checkpoint .*truncated/checkpoints/ckpt-12 .* cannot be read")
+        self.assertEqual(results["global_step"], 12)  # steps 11 and 12 again, from ckpt-10
+        steps = [json.loads(line)["global_step"]
+                 for line in (workdir / "steps.jsonl").read_text().splitlines()]
+        self.assertEqual(steps, list(range(1, 13)))
+
+    def test_every_checkpoint_damaged_is_an_error_naming_them_not_a_restart(self):
+        workdir = self.copy_run("all_damaged")
+        for data in (workdir / "checkpoints").glob("*.data-*"):
+            data.write_bytes(data.read_bytes()[:100])
+        before = snapshot(workdir)
+        with self.assertRaisesRegex(checkpointing.CheckpointRestoreError,
+                                    r"ckpt-12: IndexError: Read less bytes.*ckpt-10: .*ckpt-5: "):
+            train_lib.run(tiny_config(), workdir, verbose=0)
+        after = snapshot(workdir)
+        self.assertEqual({k: after[k] for k in before}, before)
+        self.assertFalse(any(name.startswith("checkpoints/") for name in set(after) - set(before)))
+
+    def test_steps_after_the_restored_step_are_dropped(self):
+        workdir = Path(self.get_temp_dir()) / "steps_only"
+        workdir.mkdir(exist_ok=True)
+        lines = [json.dumps({"epoch": 0, "step": i, "global_step": i + 1, "loss": 1.0})
+                 for i in range(8)]
+        (workdir / "steps.jsonl").write_text("\n".join(lines) + '\n{"epoch": 0, "ste')
+        reporter = reporting.Reporter(workdir, verbose=0)
+        reporter.drop_steps_after(5)
+        reporter.close()
+        kept = (workdir / "steps.jsonl").read_text()
+        self.assertEqual(kept, "".join(line + "\n" for line in lines[:5]))
+
+
+class VocabularyTest(_TrainedRunTestCase):
+    def test_permuted_vocabulary_is_refused_where_it_meets_the_model(self):
+        workdir = self.copy_run("permuted")
+        vocab = workdir / "vocab.txt"
+        tokens = vocab.read_text().splitlines()
+        tokens[2], tokens[3] = tokens[3], tokens[2]
+        vocab.write_text("".join(t + "\n" for t in tokens))
+        before = snapshot(workdir)
+        message = r"Vocabulary .*permuted/vocab.txt is not the one the model of .* trained with"
+        with self.assertRaisesRegex(evaluation_report.RunLoadError, message):
+            evaluation_report.load_trained_run(workdir)
+        with self.assertRaisesRegex(run_setup.RunRefusedError, message):
+            train_lib.run(tiny_config(), workdir, verbose=0)
+        self.assertEqual(snapshot(workdir), before)
+        self.assertTrue(checkpointing.check_vocabulary(self.base / "vocab.txt", self.base))
+
+
+if __name__ == "__main__":
+    tf.test.main()
