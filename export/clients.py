@@ -27,25 +27,44 @@ def _decoded(value):
     return value
 
 
-def resolve_export_dir(path):
-    """`path` if it holds a SavedModel, else its largest integer-named version folder."""
+def resolve_export_dir(path, version=None):
+    """`path` if it holds a SavedModel, else its version folder `version` (default: the largest).
+
+    Raises:
+        FileNotFoundError: `path` is not a folder, holds no export, or `version` is not one of
+            its versions (the message lists those it has).
+    """
+    if not tf.io.gfile.isdir(path):
+        raise FileNotFoundError(f"No export folder {path}.")
     if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        name = os.path.basename(os.path.normpath(path))
+        if version is not None and name != str(version):
+            raise FileNotFoundError(
+                f"Version {version} was asked for, but {path} is the export of version "
+                f"{name!r}; give the base folder of the versions.")
         return path
-    versions = [int(n) for n in tf.io.gfile.listdir(path) if n.rstrip("/").isdigit()]
+    versions = sorted(int(n.rstrip("/")) for n in tf.io.gfile.listdir(path)
+                      if n.rstrip("/").isdigit())
     if not versions:
         raise FileNotFoundError(f"No saved_model.pb and no version folder in {path}.")
-    return os.path.join(path, str(max(versions)))
+    if version is None:
+        return os.path.join(path, str(versions[-1]))
+    if version not in versions:
+        raise FileNotFoundError(f"No version {version} in {path}; it holds versions "
+                                f"{', '.join(map(str, versions))}.")
+    return os.path.join(path, str(version))
 
 
 class LocalClient:
     """Runs the SavedModel in this process (`tf.saved_model.load`).
 
     Args:
-        path: str. An export folder (`.../3`) or the base holding versions (the latest is used).
+        path: str. An export folder (`.../3`) or the base holding versions.
+        version: optional int. The version to load from the base (default: the latest).
     """
 
-    def __init__(self, path):
-        self.export_dir = resolve_export_dir(path)
+    def __init__(self, path, version=None):
+        self.export_dir = resolve_export_dir(path, version)
         self.model = tf.saved_model.load(self.export_dir)
 
     def input_dtypes(self, signature_name):

@@ -35,12 +35,13 @@ from absl import app, flags
 from tensorflow.core.protobuf import saved_model_pb2
 
 import psmm_tf.models  # noqa: F401  (registers the custom Keras objects for load_model)
-from export import cache, warmup
+from export import cache, serving_module, warmup
 from export.serving_module import ServingModule
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import NeuralCache, build_model
 from psmm_tf.models.neural_cache import DEFAULT_LAMBDA, DEFAULT_THETA
+from psmm_tf.training import checkpointing
 
 # Its own flag registry: psmm-export's flags (--workdir, ...) share names with psmm-train's, and
 # both modules are imported by one test process; the global absl FLAGS would refuse the second.
@@ -75,7 +76,17 @@ flags.DEFINE_string(
     "export_base", None, "Folder of the versions; created if missing.", flag_values=EXPORT_FLAGS
 )
 flags.DEFINE_integer(
-    "version", None, "Version to write (default: the next integer).", flag_values=EXPORT_FLAGS
+    "version", None, "Version to write, >= 1 (default: the next integer).",
+    flag_values=EXPORT_FLAGS
+)
+flags.register_validator(
+    "version", lambda v: v is None or v >= 1,
+    message="must be an integer >= 1 (TF Serving loads positive version folders only).",
+    flag_values=EXPORT_FLAGS)
+flags.DEFINE_integer(
+    "max_request_tokens", serving_module.DEFAULT_MAX_TOKENS,
+    "Most tokens one request may hold (batch x longest text), in every signature; a larger "
+    "request is refused naming its input.", lower_bound=1, flag_values=EXPORT_FLAGS
 )
 flags.DEFINE_string(
     "model_name", "psmm", "Model name in the warmup requests.", flag_values=EXPORT_FLAGS
@@ -183,6 +194,11 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
 
     Returns:
         `(model, vocab_path, config_json)`.
+
+    Raises:
+        ValueError: a bad combination of sources, or a vocabulary that is not the one of the
+            training run the model comes from (its `vocab.sha256`; the run's folder is the
+            workdir, the `.keras` file's folder, or the checkpoint folder's parent).
     """
     if sum(x is not None for x in (workdir, keras_model, checkpoint)) != 1:
         raise ValueError("Give exactly one of --workdir, --keras_model and --checkpoint.")
@@ -191,6 +207,7 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
         vocab = vocab or os.path.join(workdir, "vocab.txt")
     if vocab is None:
         raise ValueError("--vocab is required with --keras_model and --checkpoint.")
+    checkpointing.check_vocabulary(vocab, _run_folder(workdir, keras_model, checkpoint))
     config_json = None
     if config is not None:
         with open(config, encoding="utf-8") as f:
@@ -206,6 +223,16 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
         model.set_vocabulary(Vocabulary.load(vocab).tokens)
         restore_checkpoint(model, checkpoint)
     return model, vocab, config_json
+
+
+def _run_folder(workdir, keras_model, checkpoint):
+    """The training run's folder of the model source (where its `vocab.sha256` would be)."""
+    if workdir is not None:
+        return workdir
+    if keras_model is not None:
+        return os.path.dirname(os.path.abspath(keras_model))
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    return os.path.dirname(os.path.abspath(folder))
 
 
 def _workdir_source(workdir, config_json):
@@ -235,7 +262,8 @@ def next_version(export_base):
     return max(versions, default=0) + 1
 
 
-def export(model, vocabulary_file, export_base, version=None, model_name="psmm", config_json=None):
+def export(model, vocabulary_file, export_base, version=None, model_name="psmm", config_json=None,
+           max_tokens=serving_module.DEFAULT_MAX_TOKENS):
     """Writes the SavedModel of `model` to `<export_base>/<version>/`; returns that path.
 
     Args:
@@ -244,9 +272,14 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
         vocabulary_file: str. export_base: str. version: optional int (default: the next).
         model_name: str. The name in the warmup requests.
         config_json: optional str. The run's config, copied to `assets.extra/config.json`.
+        max_tokens: int. Most tokens of one request (see `ServingModule`).
+
+    The version folder is readable by every user (0755), as a TF Serving process running as
+    another user needs.
 
     Raises:
         FileExistsError: if the version exists.
+        ValueError: a version < 1.
     """
     version = next_version(export_base) if version is None else int(version)
     if version < 1:
@@ -257,7 +290,7 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
     os.makedirs(export_base, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_base)
     try:
-        module = ServingModule(model, vocabulary_file)
+        module = ServingModule(model, vocabulary_file, max_tokens=max_tokens)
         tf.saved_model.save(module, temporary, signatures=module.signatures())
         extra = os.path.join(temporary, "assets.extra")
         os.makedirs(extra)
@@ -276,6 +309,7 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
         if module.cache is not None:
             with open(os.path.join(extra, cache.SETTINGS_FILE), "w", encoding="utf-8") as f:
                 f.write(module.cache.to_json())
+        os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide it from a server's user
         if os.path.exists(final):
             raise FileExistsError(f"{final} appeared during the export; not overwriting it.")
         os.rename(temporary, final)
@@ -319,11 +353,16 @@ def _main(argv):
     if FLAGS.export_base is None:
         raise app.UsageError("--export_base is required.")
     settings = cache_settings(FLAGS.cache_window, FLAGS.cache_theta, FLAGS.cache_lambda)
-    model, vocab, config_json = load_model(
-        FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint, FLAGS.config, FLAGS.vocab
-    )
+    try:
+        model, vocab, config_json = load_model(
+            FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint, FLAGS.config, FLAGS.vocab
+        )
+    except (ValueError, OSError) as err:  # the message names the flag or the file
+        sys.stderr.write(f"psmm-export: {err}\n")
+        sys.exit(1)
     model = with_cache(model, settings)
-    path = export(model, vocab, FLAGS.export_base, FLAGS.version, FLAGS.model_name, config_json)
+    path = export(model, vocab, FLAGS.export_base, FLAGS.version, FLAGS.model_name, config_json,
+                  FLAGS.max_request_tokens)
     print(f"Exported {path}")
     print(describe_signatures(path))
 

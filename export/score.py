@@ -79,7 +79,9 @@ def _parser():
     where.add_argument("--rest", help="TF Serving REST URL, e.g. http://localhost:8501.")
     where.add_argument("--grpc", help="TF Serving gRPC address, e.g. localhost:8500.")
     parser.add_argument("--model_name", default="psmm", help="Served model name.")
-    parser.add_argument("--model_version", type=int, default=None, help="Served version.")
+    parser.add_argument("--model_version", type=int, default=None,
+                        help="Version to score with (default: the latest); with --model, a "
+                             "version folder of that base.")
     parser.add_argument("--input", default="-", help="Text file (UTF-8); '-' for stdin.")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--independent", action="store_true",
@@ -91,7 +93,7 @@ def _parser():
 
 def _client(args):
     if args.model:
-        return LocalClient(args.model)
+        return LocalClient(args.model, args.model_version)
     if args.rest:
         return RestClient(args.rest, args.model_name, args.model_version, args.timeout)
     return GrpcClient(args.grpc, args.model_name, args.model_version, args.timeout)
@@ -139,7 +141,11 @@ def main(argv=None, out=None):
     if not lines:
         print(f"psmm-score: {args.input} holds no line to score", file=sys.stderr)
         return 2
-    client = _client(args)
+    try:
+        client = _client(args)
+    except FileNotFoundError as err:
+        print(f"psmm-score: --model={args.model}: {err}", file=sys.stderr)
+        return 2
     score = score_independent if args.independent else score_document
     total, count = 0.0, 0
     try:

@@ -32,6 +32,10 @@ a `NeuralCache` over either (Grave et al. 2017; `export.cache`). With a cache, `
 p_cache` (`gate` stays the model's), and the state has three more tensors, in the stream
 signatures' inputs and outputs and in `initial_state`: `cache_hidden` float32 `(B, W, H)`,
 `cache_ids` int32 `(B, W)`, `cache_mask` bool `(B, W)` (`W` = the cache window).
+
+A request holds at most `max_tokens` tokens (`B` x the longest text's tokens, `DEFAULT_MAX_TOKENS`
+unless the export set another), so a huge text is an error naming its input, not a server that
+runs out of memory; float state inputs must be finite.
 """
 
 import tensorflow as tf
@@ -41,6 +45,10 @@ from export.next_word import next_word, top_words
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import NeuralCache
 
+# Tokens of one request (B x T): ~2 GB of activations at V = 10,000 (a 100,000-word text grew a
+# server to 11.8 GB and died).
+DEFAULT_MAX_TOKENS = 20_000
+_FLOAT_STATES = ("lstm_state", "memory_hidden", "cache_hidden")
 _STATE_DTYPES = (tf.float32, tf.float32, tf.int32, tf.bool, tf.int32)
 _TEXTS = {"texts": tf.TensorSpec(None, tf.string)}
 _IDS = {"token_ids": tf.TensorSpec(None, tf.int32), "lengths": tf.TensorSpec(None, tf.int32)}
@@ -104,14 +112,18 @@ class ServingModule(tf.Module):
             window, theta and lambda are served; `cache` holds them).
         vocabulary_file: str. The vocabulary (one token per line, line number = id) with
             `<unk>` and `<eos>`; its size must be the model's `vocab_size`. It becomes an asset.
+        max_tokens: int. Most tokens of one request (batch x longest text), in every signature.
 
     Attributes:
         cache: `export.cache.CacheSettings` or None.
         state_names: tuple of str, the state tensors of the stream signatures.
     """
 
-    def __init__(self, model, vocabulary_file, name="psmm_serving"):
+    def __init__(self, model, vocabulary_file, name="psmm_serving", max_tokens=DEFAULT_MAX_TOKENS):
         super().__init__(name=name)
+        if int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}.")
+        self.max_tokens = int(max_tokens)
         self.cache = None
         if isinstance(model, NeuralCache):
             self.cache, model = cache.CacheSettings.of(model), model.model
@@ -182,7 +194,7 @@ class ServingModule(tf.Module):
         eos = tf.fill([tf.shape(texts)[0], 1], tokenization.EOS_TOKEN)
         words = tf.concat([tf.RaggedTensor.from_tensor(eos), tokens], axis=1)
         lengths = tf.cast(words.row_lengths(), tf.int32)
-        words = words.to_tensor("")
+        words = self._limited("texts", words.to_tensor(""))
         vocab_ids = tf.cast(self.word_to_id.lookup(words), tf.int32)
         mask = tf.sequence_mask(lengths, tf.shape(words)[1])
         model_ids = tf.where(tf.logical_and(mask, vocab_ids >= 0), vocab_ids, self.unk_id)
@@ -239,6 +251,11 @@ class ServingModule(tf.Module):
             mask = tf.sequence_mask(inputs["lengths"], time)
             checks.append(validation.ids_check("token_ids", inputs["token_ids"],
                                                self.vocab_size, mask))
+            checks.append(validation.size_check("token_ids", inputs["token_ids"],
+                                                self.max_tokens))
+        for name in _FLOAT_STATES:
+            if name in inputs:
+                checks.append(validation.finite_check(name, inputs[name]))
         for name in ("memory_ids", "last_id", "cache_ids"):
             if name in inputs:
                 checks.append(validation.ids_check(name, inputs[name], self.vocab_size))
@@ -259,12 +276,18 @@ class ServingModule(tf.Module):
     def _text_scores(self, inputs):
         tokens = tokenization.text_tokens(inputs["texts"], finish_last_line=True)
         lengths = tf.cast(tokens.row_lengths(), tf.int32)
-        tokens = tokens.to_tensor("")
+        tokens = self._limited("texts", tokens.to_tensor(""))
         token_ids = tf.cast(self.word_to_id.lookup(tokens), tf.int32)
         token_ids = tf.where(token_ids >= 0, token_ids, self.unk_id)
         outputs, state = self._scores(token_ids, lengths, self._state(inputs))
         mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1])
         return {"tokens": tokens, "token_ids": tf.where(mask, token_ids, 0), **outputs}, state
+
+    def _limited(self, name, tokens):
+        """`tokens` `(B, T)` of input `name`, once they are checked to be at most max_tokens."""
+        return validation.after_checks(
+            {"tokens": tokens},
+            lambda t: [validation.size_check(name, t["tokens"], self.max_tokens)])["tokens"]
 
     def _scores(self, token_ids, lengths, state):
         """Scores of `token_ids` `(B, T)` (valid ids, `lengths` in `[1, T]`) and the new state."""

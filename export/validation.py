@@ -94,3 +94,22 @@ def range_check(name, value, low, high):
     """Assert `low <= value <= high` (a scalar)."""
     return tf.debugging.Assert(tf.logical_and(value >= low, value <= high),
                                [f"`{name}` must be in [{low}, {high}]; got", value])
+
+
+def finite_check(name, values):
+    """Assert that float `values` hold no NaN or infinity (a state is a previous call's output)."""
+    finite = tf.math.is_finite(values)
+    return tf.debugging.Assert(
+        tf.reduce_all(finite),
+        [f"`{name}` holds NaN or infinite values (a state must be the finite output of "
+         "`initial_state` or a previous call), at indices:", tf.where(tf.logical_not(finite))],
+        summarize=10)
+
+
+def size_check(name, tokens, limit):
+    """Assert that a request's `(batch, time)` tokens number at most `limit` in all."""
+    return tf.debugging.Assert(
+        tf.size(tokens, out_type=tf.int64) <= limit,
+        [f"`{name}` is too long: a request holds at most {limit} tokens (batch_size x the "
+         "longest text's tokens); split the text (`score_text_stream` carries the state "
+         "between pieces). Got [batch_size, tokens]:", tf.shape(tokens)])

@@ -1,18 +1,25 @@
 """Hostile inputs (issue 15): each is refused with a message naming it, and nothing a user has
 is touched (every pre-existing file byte-identical afterwards)."""
 
+import contextlib
 import gzip
+import io
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 from train_testlib import REPO_ROOT, run_script, tiny_config
 
+from export import score, testing
+from export.clients import LocalClient, ServingError
+from export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
 from psmm_tf.training import checkpointing, evaluation_report, reporting, run_setup, train_lib
 
 
@@ -251,6 +258,113 @@ class VocabularyTest(_TrainedRunTestCase):
             train_lib.run(tiny_config(), workdir, verbose=0)
         self.assertEqual(snapshot(workdir), before)
         self.assertTrue(checkpointing.check_vocabulary(self.base / "vocab.txt", self.base))
+
+
+class ExportTest(_TrainedRunTestCase):
+    def test_version_folders_are_readable_by_other_users(self):
+        export_dir = testing.shared_export()[2]
+        self.assertEqual(stat.S_IMODE(os.stat(export_dir).st_mode), 0o755)
+
+    def test_version_zero_and_a_permuted_vocabulary_are_refused(self):
+        run = self.copy_run("export_run")
+        permuted = Path(self.get_temp_dir()) / "permuted_vocab.txt"
+        tokens = (run / "vocab.txt").read_text().splitlines()
+        tokens[5], tokens[6] = tokens[6], tokens[5]
+        permuted.write_text("".join(t + "\n" for t in tokens))
+        before = snapshot(run)
+        base = Path(self.get_temp_dir()) / "exports"
+        for argv, message in [
+            ([f"--workdir={run}", "--version=0"],
+             r"flag --version=0: must be an integer >= 1"),
+            ([f"--workdir={run}", f"--vocab={permuted}"],
+             r"psmm-export: Vocabulary .*permuted_vocab.txt is not the one the model of "
+             r".*export_run was trained with"),
+            ([f"--keras_model={run / 'model.keras'}", f"--vocab={permuted}"],
+             r"Vocabulary .*permuted_vocab.txt is not the one"),
+            ([f"--checkpoint={run / 'checkpoints'}", f"--config={run / 'config.json'}",
+              f"--vocab={permuted}"], r"Vocabulary .*permuted_vocab.txt is not the one"),
+        ]:
+            with self.subTest(argv=argv):
+                code, _, stderr = testing.run_export_main([*argv, f"--export_base={base}"])
+                self.assertNotEqual(code, 0)
+                self.assertRegex(stderr, message)
+                self.assertFalse(base.exists())
+        self.assertEqual(snapshot(run), before)
+
+    def test_score_refuses_a_version_that_does_not_exist(self):
+        export_dir = testing.shared_export()[2]
+        text = Path(self.get_temp_dir()) / "text.txt"
+        text.write_text("the cat sat\n")
+        base = os.path.dirname(export_dir)
+        for argv, message in [
+            ([f"--model={base}", "--model_version=7"],
+             r"psmm-score: --model=.*: No version 7 in .*; it holds versions 1\.\n"),
+            ([f"--model={export_dir}", "--model_version=7"],
+             r"Version 7 was asked for, but .* is the export of version '1'"),
+            ([f"--model={base}/missing"], r"No export folder .*missing"),
+        ]:
+            with self.subTest(argv=argv):
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err):
+                    code = score.main([*argv, f"--input={text}"], out=io.StringIO())
+                self.assertEqual(code, 2)
+                self.assertRegex(err.getvalue(), message)
+        out = io.StringIO()
+        self.assertEqual(score.main([f"--model={base}", "--model_version=1", f"--input={text}"],
+                                    out=out), 0)
+        self.assertIn("# total: perplexity", out.getvalue())
+
+
+class ServingInputsTest(tf.test.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.client = LocalClient(testing.shared_export()[2])
+
+    def test_nan_or_inf_in_float_state_is_refused_naming_the_input(self):
+        state = self.client.predict("initial_state", {"batch_size": np.array(1, np.int32)})
+        texts = np.array(["the cat sat\n"], object)
+        ids = {"token_ids": np.array([[2, 3, 4]], np.int32), "lengths": np.array([3], np.int32)}
+        for name, value in [("lstm_state", np.nan), ("memory_hidden", np.inf),
+                            ("lstm_state", -np.inf)]:
+            bad = {**state, name: state[name].copy()}
+            bad[name].reshape(-1)[0] = value
+            for signature, inputs in [("score_text_stream", {"texts": texts}),
+                                      ("score_stream", ids)]:
+                with self.subTest(name=name, value=value, signature=signature):
+                    with self.assertRaisesRegex(ServingError,
+                                                rf"`{name}` holds NaN or infinite values"):
+                        self.client.predict(signature, {**inputs, **bad})
+        outputs = self.client.predict("score_text_stream", {"texts": texts, **state})
+        self.assertTrue(np.isfinite(outputs["perplexity"]).all())
+
+    def test_requests_longer_than_the_limit_are_refused_naming_the_input(self):
+        words = DEFAULT_MAX_TOKENS  # plus the <eos> of the line: one token too many
+        texts = np.array(["the " * words + "\n"], object)
+        for signature in ("score_text", "serving_default", "predict_next"):
+            with self.subTest(signature=signature):
+                inputs = {"texts": texts}
+                if signature == "predict_next":
+                    inputs = {"texts": np.array(["the " * (words + 1)], object),
+                              "k": np.array(3, np.int32)}
+                with self.assertRaisesRegex(ServingError, rf"`texts` is too long: a request "
+                                                          rf"holds at most {DEFAULT_MAX_TOKENS}"):
+                    self.client.predict(signature, inputs)
+        ids = np.full([2, DEFAULT_MAX_TOKENS // 2 + 1], 2, np.int32)
+        with self.assertRaisesRegex(ServingError, r"`token_ids` is too long"):
+            self.client.predict("score", {"token_ids": ids,
+                                          "lengths": np.array([3, 3], np.int32)})
+
+    def test_the_limit_is_the_modules(self):
+        model, vocabulary_file, _ = testing.shared_export()
+        module = ServingModule(model, vocabulary_file, max_tokens=10)
+        ok = module.score_text({"texts": tf.constant(["the cat sat on the mat"])})
+        self.assertEqual(int(ok["num_tokens"][0]), 7)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`texts` is too long: a request holds at most 10 tokens"):
+            module.score_text({"texts": tf.constant(["the cat sat on the mat", "a b c d e"])})
+        with self.assertRaisesRegex(ValueError, r"max_tokens must be >= 1, got 0"):
+            ServingModule(model, vocabulary_file, max_tokens=0)
 
 
 if __name__ == "__main__":
