@@ -134,15 +134,23 @@ class RestClient:
             headers={"Content-Type": "application/json"}, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                reply = json.loads(response.read().decode("utf-8"))
+                data = response.read()
         except urllib.error.HTTPError as err:
             text = err.read().decode("utf-8", "replace")
             try:
                 text = json.loads(text).get("error", text)
-            except ValueError:
+            except (ValueError, AttributeError):
                 pass
             raise ServingError(f"HTTP {err.code} from {self.endpoint}: {text}") from None
-        outputs = reply["outputs"]
+        except (urllib.error.URLError, OSError) as err:  # refused, unknown host, timeout
+            reason = getattr(err, "reason", err)
+            raise ServingError(f"No answer from {self.endpoint}: {reason}") from None
+        try:
+            reply = json.loads(data.decode("utf-8"))
+        except ValueError:
+            raise ServingError(f"{self.endpoint} answered something that is not JSON (not TF "
+                               f"Serving?): {data[:200]!r}") from None
+        outputs = reply.get("outputs") if isinstance(reply, dict) else None
         if not isinstance(outputs, dict):  # a single-output signature returns the bare value
             raise ServingError(f"Expected named outputs from {self.endpoint}, got {reply!r:.200}")
         return {name: _decoded(np.asarray(value, dtype=object if _is_text(value) else None))

@@ -205,6 +205,10 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
     if workdir is not None:
         config = config or os.path.join(workdir, "config.json")
         vocab = vocab or os.path.join(workdir, "vocab.txt")
+        for path in (config, vocab):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"--workdir={workdir}: no {path}; expected a training "
+                                        "run's folder (config.json, vocab.txt, checkpoints/).")
     if vocab is None:
         raise ValueError("--vocab is required with --keras_model and --checkpoint.")
     checkpointing.check_vocabulary(vocab, _run_folder(workdir, keras_model, checkpoint))

@@ -3,14 +3,17 @@ is touched (every pre-existing file byte-identical afterwards)."""
 
 import contextlib
 import gzip
+import http.server
 import io
 import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +21,7 @@ import tensorflow as tf
 from train_testlib import REPO_ROOT, run_script, tiny_config
 
 from export import score, testing
-from export.clients import LocalClient, ServingError
+from export.clients import LocalClient, RestClient, ServingError
 from export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
 from psmm_tf.training import checkpointing, evaluation_report, reporting, run_setup, train_lib
 
@@ -133,6 +136,33 @@ class FailedStartTest(_TrainedRunTestCase):
                                     r"training split \('train' in .*one_line\) has 5 tokens"):
             train_lib.run(config, workdir, verbose=0)
         self.assertFalse((workdir / "config.json").exists())
+
+    def test_bad_corpus_folders_are_refused_naming_them(self):
+        root = Path(self.get_temp_dir())
+        a_file = root / "corpus_is_a_file"
+        a_file.write_text("not a folder\n")
+        text_layout = write_text_corpus(root / "text_layout")
+        empty = root / "empty_train"
+        empty.mkdir(exist_ok=True)
+        (empty / "train.txt").write_text("")
+        (empty / "valid.txt").write_text("a b c\n")
+        for dataset, data_dir, message in [
+            ("text", root / "missing", r"data_dir=.*missing\): Corpus directory not found"),
+            ("text", a_file, r"data_dir=.*corpus_is_a_file\)"),
+            ("ptb", text_layout, r"dataset='ptb', data_dir=.*text_layout\): .*ptb"),
+            ("text", empty, r"Corpus file .*empty_train/train.txt is empty"),
+        ]:
+            with self.subTest(dataset=dataset, data_dir=data_dir):
+                before = snapshot(data_dir) if data_dir.is_dir() else None
+                workdir = root / f"run_{data_dir.name}"
+                config = tiny_config().replace(data={"dataset": dataset,
+                                                     "data_dir": str(data_dir)})
+                with self.assertRaisesRegex(run_setup.RunRefusedError, message):
+                    train_lib.run(config, workdir, verbose=0)
+                self.assertFalse(workdir.exists())
+                if before is not None:
+                    self.assertEqual(snapshot(data_dir), before)
+        self.assertEqual(a_file.read_text(), "not a folder\n")
 
     def test_lost_config_resumed_with_other_flags_writes_no_config(self):
         workdir = self.copy_run("lost_config")
@@ -291,6 +321,17 @@ class ExportTest(_TrainedRunTestCase):
                 self.assertFalse(base.exists())
         self.assertEqual(snapshot(run), before)
 
+    def test_export_of_an_empty_workdir_names_the_missing_file(self):
+        workdir = Path(self.get_temp_dir()) / "empty_workdir"
+        workdir.mkdir(exist_ok=True)
+        base = Path(self.get_temp_dir()) / "exports_of_empty"
+        code, _, stderr = testing.run_export_main([f"--workdir={workdir}",
+                                                   f"--export_base={base}"])
+        self.assertEqual(code, 1)
+        self.assertRegex(stderr, r"psmm-export: --workdir=.*empty_workdir: no "
+                                 r".*empty_workdir/config.json; expected a training run's")
+        self.assertFalse(base.exists())
+
     def test_score_refuses_a_version_that_does_not_exist(self):
         export_dir = testing.shared_export()[2]
         text = Path(self.get_temp_dir()) / "text.txt"
@@ -313,6 +354,53 @@ class ExportTest(_TrainedRunTestCase):
         self.assertEqual(score.main([f"--model={base}", "--model_version=1", f"--input={text}"],
                                     out=out), 0)
         self.assertIn("# total: perplexity", out.getvalue())
+
+
+class _FixedReply(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = self.server.body
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class RestAddressTest(tf.test.TestCase):
+    def test_unreachable_or_foreign_servers_are_errors_naming_the_address(self):
+        with socket.socket() as sock:  # a port nothing listens on
+            sock.bind(("127.0.0.1", 0))
+            closed = sock.getsockname()[1]
+        text = Path(self.get_temp_dir()) / "text.txt"
+        text.write_text("the cat sat\n")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = score.main([f"--rest=http://127.0.0.1:{closed}", f"--input={text}",
+                               "--timeout=5"], out=io.StringIO())
+        self.assertEqual(code, 1)
+        self.assertRegex(err.getvalue(), rf"psmm-score: No answer from http://127.0.0.1:"
+                                         rf"{closed}/v1/models/psmm:predict: .*refused")
+        for body, message in [(b"<html>hello</html>", r"answered something that is not JSON"),
+                              (b'{"predictions": [1]}', r"Expected named outputs from"),
+                              (b"[1, 2]", r"Expected named outputs from")]:
+            with self.subTest(body=body):
+                server = http.server.HTTPServer(("127.0.0.1", 0), _FixedReply)
+                server.body = body
+                thread = threading.Thread(target=server.handle_request, daemon=True)
+                thread.start()
+                url = f"http://127.0.0.1:{server.server_address[1]}"
+                try:
+                    with self.assertRaises(ServingError) as caught:
+                        RestClient(url, "psmm", timeout=5).predict(
+                            "initial_state", {"batch_size": np.array(1, np.int32)})
+                    self.assertRegex(str(caught.exception), message)
+                    self.assertIn(f"{url}/v1/models/psmm:predict", str(caught.exception))
+                finally:
+                    thread.join(10)
+                    server.server_close()
 
 
 class ServingInputsTest(tf.test.TestCase):
