@@ -64,6 +64,10 @@ class ModelConfig:
     num_sampled: int = 1024
     # Characters kept per word by the CNN softmax (begin/end markers included).
     max_word_length: int = 24
+    # The gate g that PSMM's sentinel starts near (kind "psmm"); None: the paper's
+    # initialisation, where every score starts near 0 and the window takes about L / (L + 1) of
+    # the mass before the pointer can point (see `PointerSentinel`).
+    initial_gate: float | None = None
     # Hidden units of the pointer softmax's switch MLP (kind "pointer_softmax" only).
     switch_units: int = 64
     # Seed of the initialisers and dropout masks (None: nondeterministic).
@@ -92,6 +96,9 @@ class ModelConfig:
             raise ValueError(f"base_model must be the path of a trained model.keras or None, "
                              f"got {self.base_model!r}.")
         _check_positive_int("gate_embedding_dim", self.gate_embedding_dim)
+        if self.initial_gate is not None and not 0.0 < self.initial_gate < 1.0:
+            raise ValueError(f"initial_gate must be in (0, 1) or None, got "
+                             f"{self.initial_gate!r}.")
         if not 0.0 <= self.gate_dropout < 1.0:
             raise ValueError(f"gate_dropout must be in [0, 1), got {self.gate_dropout!r}.")
 

@@ -81,6 +81,8 @@ flags.DEFINE_float("dropout", None, "Locked dropout on the embedding, between la
                    "output (all three).")
 flags.DEFINE_float("zoneout", None, "Zoneout probability of the LSTM states.")
 flags.DEFINE_float("clip_norm", None, "Global gradient norm limit (paper: 1).")
+flags.DEFINE_float("initial_gate", None, "The gate PSMM's sentinel starts near, in (0, 1); 0: the "
+                   "paper's initialisation (gate near 1 / (L + 1)). Default: the preset's.")
 flags.DEFINE_float("pointer_clip_norm", None, "Own global norm limit of the pointer's variables "
                    "(W, b, s); --clip_norm then applies to the rest. 0: one joint norm for all "
                    "variables (the paper's). Default: the preset's.")
@@ -121,6 +123,8 @@ flags.register_validator("context_length", lambda v: v is None or v >= 0,
                          message="must be an integer >= 0.")
 flags.register_validator("pointer_loss_weight", lambda v: v is None or 0 <= v < float("inf"),
                          message="must be a finite number >= 0.")
+flags.register_validator("initial_gate", lambda v: v is None or 0 <= v < 1,
+                         message="must be in [0, 1) (0: the paper's initialisation).")
 flags.register_validator("pointer_clip_norm", lambda v: v is None or v >= 0,
                          message="must be >= 0 (0: one joint norm).")
 for _name in ("learning_rate", "clip_norm"):
@@ -138,7 +142,7 @@ flags.register_validator("workdir", lambda v: bool(v), message="is required: the
 _GATE_CONFLICTS = ("preset", "dataset", "train_split", "valid_split", "test_split", "min_count",
                    "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim",
                    "softmax", "num_sampled", "hidden_dim", "num_layers", "window_size", "dropout",
-                   "zoneout", "compare_baseline")
+                   "zoneout", "initial_gate", "compare_baseline")
 
 
 def config_from_flags(flag_values=FLAGS):
@@ -185,6 +189,8 @@ def config_from_flags(flag_values=FLAGS):
                   max_eval_tokens="max_eval_tokens", eval_batch_size="eval_batch_size")
     if f.pointer_clip_norm == 0:
         train["pointer_clip_norm"] = None
+    if f.initial_gate is not None:
+        model["initial_gate"] = f.initial_gate or None
     if f.optimizer == "adam" and f.learning_rate is None:
         train["learning_rate"] = 1e-3
     data = given(dataset="dataset", data_dir="data_dir", min_count="min_count",

@@ -1,5 +1,7 @@
 """The pointer network with a sentinel (Merity et al. 2016, section 2.3-2.4)."""
 
+import math
+
 import keras
 from keras import ops
 
@@ -28,6 +30,12 @@ class PointerSentinel(keras.layers.Layer):
             the paper), its own state included. Must be >= 1.
         kernel_initializer: initializer of the query kernel `W`.
         sentinel_initializer: initializer of the sentinel vector `s`.
+        initial_gate: optional float in (0, 1). None (the paper's): `b = 0` and `s` from
+            `sentinel_initializer`, so every score starts near 0 and the gate near
+            `1 / (L + 1)`: the window takes almost all the mass before the pointer can point.
+            A value `g0` starts the gate near `g0` instead: `b = 0.5` for every unit and `s`
+            (less its mean) shifted by `log(g0 L / (1 - g0)) / (D tanh(0.5))` in every unit, so
+            `q . s` starts at the score that gives the sentinel `g0` of `L` zero-score keys.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -56,12 +64,16 @@ class PointerSentinel(keras.layers.Layer):
         window_size,
         kernel_initializer="glorot_uniform",
         sentinel_initializer="glorot_uniform",
+        initial_gate=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         if not isinstance(window_size, int) or isinstance(window_size, bool) or window_size < 1:
             raise ValueError(f"window_size must be an integer >= 1, got {window_size!r}.")
+        if initial_gate is not None and not 0.0 < initial_gate < 1.0:
+            raise ValueError(f"initial_gate must be in (0, 1) or None, got {initial_gate!r}.")
         self.window_size = window_size
+        self.initial_gate = initial_gate
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.sentinel_initializer = keras.initializers.get(sentinel_initializer)
 
@@ -81,11 +93,20 @@ class PointerSentinel(keras.layers.Layer):
         self.query_kernel = self.add_weight(
             name="query_kernel", shape=(dim, dim), initializer=self.kernel_initializer
         )
-        self.query_bias = self.add_weight(name="query_bias", shape=(dim,), initializer="zeros")
+        bias = "zeros" if self.initial_gate is None else keras.initializers.Constant(
+            _INITIAL_QUERY_BIAS)
+        self.query_bias = self.add_weight(name="query_bias", shape=(dim,), initializer=bias)
         return dim
 
     def _sentinel_init(self, shape, dtype=None):
-        return ops.reshape(self.sentinel_initializer((1, shape[0]), dtype=dtype), shape)
+        noise = ops.reshape(self.sentinel_initializer((1, shape[0]), dtype=dtype), shape)
+        if self.initial_gate is None:
+            return noise
+        # q starts near tanh(0.5) in every unit; q . s = score gives the sentinel g0 of L keys
+        # scoring 0: g0 = e^score / (e^score + L) (eq. 7-8).
+        # The noise loses its mean, which would shift q . s by a random amount.
+        score = math.log(self.initial_gate * self.window_size / (1.0 - self.initial_gate))
+        return noise - ops.mean(noise) + score / (shape[0] * math.tanh(_INITIAL_QUERY_BIAS))
 
     def call(self, hidden, memory=None, memory_mask=None):
         query, key_scores, allowed = self.window_scores(hidden, memory, memory_mask)
@@ -157,9 +178,14 @@ class PointerSentinel(keras.layers.Layer):
                 "window_size": self.window_size,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "sentinel_initializer": keras.initializers.serialize(self.sentinel_initializer),
+                "initial_gate": self.initial_gate,
             }
         )
         return config
+
+
+# The query bias that `initial_gate` starts from: tanh(0.5) = 0.46, far from saturation.
+_INITIAL_QUERY_BIAS = 0.5
 
 
 def window_band(num_queries, num_memory, window_size):

@@ -107,15 +107,36 @@ class PointerSentinelTest(testing.TestCase, parameterized.TestCase):
             self.assertAllClose(a, b, atol=1e-6)
 
     def test_config_round_trip(self):
-        layer = PointerSentinel(window_size=7, name="ptr")
+        layer = PointerSentinel(window_size=7, name="ptr", initial_gate=0.8)
         clone = PointerSentinel.from_config(layer.get_config())
         self.assertEqual(clone.window_size, 7)
         self.assertEqual(clone.name, "ptr")
+        self.assertEqual(clone.initial_gate, 0.8)
+
+    def test_initial_gate(self):
+        # Zero hidden states: q = tanh(b) = tanh(0.5) in every unit, every key scores 0, and
+        # q . s is the score giving the sentinel g0 against L keys (eq. 7-8), whatever the noise.
+        window, dim = 6, 5
+        for g0 in (0.5, 0.9, 0.99):
+            layer = PointerSentinel(window_size=window, initial_gate=g0)
+            _, gate = layer(np.zeros((2, 9, dim), np.float32))
+            self.assertAllClose(gate[:, window - 1:], np.full((2, 9 - window + 1), g0),
+                                atol=1e-5)
+            # Fewer keys before the window fills: the gate is higher.
+            self.assertAllClose(gate[:, 0], np.full(2, g0 / (g0 + (1 - g0) / window)),
+                                atol=1e-5)
+            self.assertAllClose(layer.query_bias.numpy(), np.full(dim, 0.5))
+        # The paper's initialisation: every score near 0, the gate near 1 / (L + 1).
+        _, gate = PointerSentinel(window_size=window)(np.zeros((1, 9, dim), np.float32))
+        self.assertAllClose(gate[:, window - 1:], np.full((1, 4), 1 / (window + 1)), atol=1e-6)
 
     def test_rejects_bad_window_size(self):
         for bad in (0, -3, 2.5, None):
             with self.assertRaisesRegex(ValueError, "window_size must be an integer >= 1"):
                 PointerSentinel(window_size=bad)
+        for bad in (0.0, 1.0, -0.5):
+            with self.assertRaisesRegex(ValueError, "initial_gate must be in"):
+                PointerSentinel(window_size=3, initial_gate=bad)
 
     def test_rejects_bad_shapes(self):
         layer = PointerSentinel(window_size=2)

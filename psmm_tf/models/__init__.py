@@ -41,6 +41,8 @@ def build_model(model_config):
     extra = {}
     if model_config.kind == "pointer_softmax":
         extra["switch_units"] = model_config.switch_units
+    if model_config.kind == "psmm":
+        extra["initial_gate"] = model_config.initial_gate
     return cls(
         vocab_size=model_config.vocab_size,
         embedding_dim=model_config.embedding_dim,

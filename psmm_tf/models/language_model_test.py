@@ -200,6 +200,18 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
             check=f"assert type(model).__name__ == {cls.__name__!r}")
         self.assertAllClose(scores, expected, atol=1e-6)
 
+    def test_initial_gate_reaches_the_pointer_and_survives_get_config(self):
+        model = build_model(configs.ModelConfig(vocab_size=VOCAB, embedding_dim=6, hidden_dim=8,
+                                                window_size=5, initial_gate=0.9, seed=1))
+        self.assertEqual(model.pointer.initial_gate, 0.9)
+        clone = PointerSentinelLM.from_config(model.get_config())
+        self.assertEqual(clone.pointer.initial_gate, 0.9)
+        self.assertAllClose(clone.pointer.query_bias.numpy(), np.full(8, 0.5))
+        # The pointer softmax has no sentinel: the field does not reach it.
+        other = build_model(configs.ModelConfig(kind="pointer_softmax", vocab_size=VOCAB,
+                                                embedding_dim=6, hidden_dim=8, initial_gate=0.9))
+        self.assertNotIn("initial_gate", other.get_config())
+
     def test_medium_parameter_count_is_the_papers_arithmetic(self):
         # Embedding 10000 x 650, two LSTM layers 4 x 650 x (650 + 650 + 1), softmax 650 x 10000
         # + 10000: 19,775,200 weights (the paper's "20M"); the pointer adds 650^2 + 2 x 650.

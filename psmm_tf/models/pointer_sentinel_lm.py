@@ -20,6 +20,11 @@ class PointerSentinelLM(LanguageModel):
     arguments and the windowing are those of `LanguageModel`; the outputs add `attention`
     `(batch_size, T, K)` and `gate` `(batch_size, T)`. Train it with `PointerSentinelLoss`.
 
+    Args:
+        initial_gate: optional float in (0, 1): the gate the pointer starts near (see
+            `PointerSentinel`); None is the paper's initialisation (gate near `1 / (L + 1)`).
+        **kwargs: as `LanguageModel`.
+
     Example:
     ```python
     model = PointerSentinelLM(vocab_size=10000, window_size=100)
@@ -31,6 +36,10 @@ class PointerSentinelLM(LanguageModel):
         - [Merity et al., 2016](https://arxiv.org/abs/1609.07843)
     """
 
+    def __init__(self, vocab_size, initial_gate=None, **kwargs):
+        self.initial_gate = initial_gate
+        super().__init__(vocab_size, **kwargs)
+
     def build_head(self):
         if not hasattr(self, "pointer"):
             # Seeded from the model's seed, so a model rebuilt from its config starts from the
@@ -39,12 +48,18 @@ class PointerSentinelLM(LanguageModel):
             self.pointer = PointerSentinel(
                 self.window_size, name="pointer",
                 kernel_initializer=keras.initializers.GlorotUniform(seed=seeds[0]),
-                sentinel_initializer=keras.initializers.GlorotUniform(seed=seeds[1]))
+                sentinel_initializer=keras.initializers.GlorotUniform(seed=seeds[1]),
+                initial_gate=self.initial_gate)
         self.pointer.build((None, None, self.hidden_dim))
 
     def head_outputs(self, hidden, older_hidden, older_mask):
         attention, gate = self.pointer(hidden, memory=older_hidden, memory_mask=older_mask)
         return {"attention": attention, "gate": gate}
+
+    def get_config(self):
+        config = super().get_config()
+        config["initial_gate"] = self.initial_gate
+        return config
 
     def log_prob(self, outputs, targets):
         if "target_vocab_log_prob" in outputs:  # sampled softmax in training

@@ -30,5 +30,6 @@ class PointerSoftmaxLM(PointerSentinelLM):
 
     def get_config(self):
         config = super().get_config()
+        config.pop("initial_gate")  # a switch, not a sentinel: PSMM's initial gate is not used
         config["switch_units"] = self.switch_units
         return config
