@@ -231,22 +231,35 @@ class WorkdirLockTest(_TrainedRunTestCase):
         with self.assertRaisesRegex(run_setup.RunRefusedError, r"a_file is a file; expected a "
                                                                r"folder"):
             train_lib.run(tiny_config(), path, verbose=0)
+        with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                    r"Cannot create the workdir .*a_file/run: Not a directory"):
+            train_lib.run(tiny_config(), path / "run", verbose=0)
         self.assertEqual(path.read_text(), "mine\n")
 
 
 class ResumeTest(_TrainedRunTestCase):
-    def test_truncated_latest_checkpoint_falls_back_and_steps_are_logged_once(self):
-        workdir = self.copy_run("truncated")
-        data = workdir / "checkpoints" / "ckpt-12.data-00000-of-00001"
-        data.write_bytes(data.read_bytes()[:100])
-        with self.assertLogs(level="WARNING") as logs:
-            results = train_lib.run(tiny_config(), workdir, verbose=0)
-        self.assertRegex("\n".join(logs.output),
-                         r"Checkpoint .*truncated/checkpoints/ckpt-12 .* cannot be read")
-        self.assertEqual(results["global_step"], 12)  # steps 11 and 12 again, from ckpt-10
-        steps = [json.loads(line)["global_step"]
-                 for line in (workdir / "steps.jsonl").read_text().splitlines()]
-        self.assertEqual(steps, list(range(1, 13)))
+    def test_damaged_latest_checkpoint_falls_back_and_steps_are_logged_once(self):
+        def truncate(data):
+            return data[:100]
+
+        def flip_bytes(data):  # same size, the checksum no longer matches
+            return bytes(b ^ 0xFF if i % 97 == 50 else b for i, b in enumerate(data))
+
+        for damage, reason in [(truncate, r"IndexError: Read less bytes than requested"),
+                               (flip_bytes, r"Checksum does not match")]:
+            with self.subTest(damage=damage.__name__):
+                workdir = self.copy_run(damage.__name__)
+                data = workdir / "checkpoints" / "ckpt-12.data-00000-of-00001"
+                data.write_bytes(damage(data.read_bytes()))
+                with self.assertLogs(level="WARNING") as logs:
+                    results = train_lib.run(tiny_config(), workdir, verbose=0)
+                self.assertRegex("\n".join(logs.output),
+                                 rf"Checkpoint .*{damage.__name__}/checkpoints/ckpt-12 .* cannot "
+                                 rf"be read \(.*{reason}")
+                self.assertEqual(results["global_step"], 12)  # steps 11, 12 again from ckpt-10
+                steps = [json.loads(line)["global_step"]
+                         for line in (workdir / "steps.jsonl").read_text().splitlines()]
+                self.assertEqual(steps, list(range(1, 13)))
 
     def test_every_checkpoint_damaged_is_an_error_naming_them_not_a_restart(self):
         workdir = self.copy_run("all_damaged")
@@ -271,6 +284,22 @@ class ResumeTest(_TrainedRunTestCase):
         reporter.close()
         kept = (workdir / "steps.jsonl").read_text()
         self.assertEqual(kept, "".join(line + "\n" for line in lines[:5]))
+
+
+class EvaluateSplitTest(tf.test.TestCase):
+    def test_split_without_a_file_is_refused_naming_it(self):
+        root = Path(self.get_temp_dir())
+        data = write_text_corpus(root / "no_test_split")
+        (data / "test.txt").unlink()
+        workdir = root / "text_run"
+        train_lib.run(tiny_config(steps_per_epoch=2).replace(
+            data={"dataset": "text", "data_dir": str(data)}), workdir, verbose=0)
+        before = snapshot(workdir)
+        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+                                    r"split='test': the corpus of .*text_run has no file for it "
+                                    r"\(it has \['train', 'valid'\]\)"):
+            evaluation_report.evaluation_report(workdir, workdir / "evaluation_test", "test")
+        self.assertEqual(snapshot(workdir), before)  # no evaluation_test/ either
 
 
 class VocabularyTest(_TrainedRunTestCase):
