@@ -286,8 +286,8 @@ class ResumeTest(_TrainedRunTestCase):
         self.assertEqual(kept, "".join(line + "\n" for line in lines[:5]))
 
 
-class EvaluateSplitTest(tf.test.TestCase):
-    def test_split_without_a_file_is_refused_naming_it(self):
+class EvaluateSplitTest(_TrainedRunTestCase):
+    def test_split_without_a_file_or_a_baseline_of_another_vocabulary_is_refused(self):
         root = Path(self.get_temp_dir())
         data = write_text_corpus(root / "no_test_split")
         (data / "test.txt").unlink()
@@ -300,6 +300,14 @@ class EvaluateSplitTest(tf.test.TestCase):
                                     r"\(it has \['train', 'valid'\]\)"):
             evaluation_report.evaluation_report(workdir, workdir / "evaluation_test", "test")
         self.assertEqual(snapshot(workdir), before)  # no evaluation_test/ either
+        run = self.copy_run("eval_with_baseline")
+        run_before = snapshot(run)
+        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+                                    r"baseline_workdir=.*text_run has another vocabulary"):
+            evaluation_report.evaluation_report(run, root / "report", "valid", max_tokens=50,
+                                                baseline_workdir=workdir)
+        self.assertEqual(snapshot(run), run_before)
+        self.assertEqual(snapshot(workdir), before)
 
 
 class VocabularyTest(_TrainedRunTestCase):

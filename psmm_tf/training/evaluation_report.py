@@ -148,8 +148,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     if baseline_workdir is not None:
         baseline = load_trained_run(baseline_workdir, data_dir)
         if baseline.corpus.vocabulary != run.corpus.vocabulary:
-            raise ValueError(f"{baseline_workdir} has another vocabulary than {workdir}; the "
-                             "frequency comparison needs the same one.")
+            raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
+                               f"than {workdir}; the frequency comparison needs the same one.")
         other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
             ids, collect=True)
         rows = analysis.bucket_comparison(targets, result.nll, other.nll, bucket_of,
