@@ -23,6 +23,7 @@ from train_testlib import REPO_ROOT, run_script, tiny_config
 from export import score, testing
 from export.clients import LocalClient, RestClient, ServingError
 from export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
+from psmm_tf.models import NeuralCache
 from psmm_tf.training import checkpointing, evaluation_report, reporting, run_setup, train_lib
 
 
@@ -479,6 +480,19 @@ class ServingInputsTest(tf.test.TestCase):
         with self.assertRaisesRegex(ServingError, r"`token_ids` is too long"):
             self.client.predict("score", {"token_ids": ids,
                                           "lengths": np.array([3, 3], np.int32)})
+
+    def test_nan_in_the_cache_state_is_refused_naming_it(self):
+        model, vocabulary_file, _ = testing.shared_export()
+        module = ServingModule(NeuralCache(model, window=4, theta=0.3, lam=0.1), vocabulary_file)
+        state = module.initial_state({"batch_size": tf.constant(1)})
+        texts = tf.constant(["the cat sat"])
+        self.assertIn("cache_hidden", state)
+        ok = module.score_text_stream({"texts": texts, **state})
+        self.assertTrue(np.isfinite(ok["perplexity"].numpy()).all())
+        bad = tf.tensor_scatter_nd_update(state["cache_hidden"], [[0, 1, 2]], [np.nan])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"`cache_hidden` holds NaN or infinite values"):
+            module.score_text_stream({"texts": texts, **state, "cache_hidden": bad})
 
     def test_the_limit_is_the_modules(self):
         model, vocabulary_file, _ = testing.shared_export()
