@@ -1,13 +1,15 @@
 """Export and serving of trained psmm_tf language models (DESIGN.md section 5).
 
-- `export.serving_module.ServingModule`: the `tf.Module` with the named signatures, for a
+- `psmm_tf.export.serving_module.ServingModule`: the `tf.Module` with the named signatures, for a
   language model, an `InputOutputGateLM` or a `NeuralCache` over either.
-- `export.cache`: the neural cache (Grave et al. 2017) in the serving graph.
-- `export.export_saved_model`: `psmm-export`, checkpoint + vocabulary -> `<base>/<version>/`.
-- `export.score`: `psmm-score`, scores text with an export, locally or through TF Serving.
+- `psmm_tf.export.cache`: the neural cache (Grave et al. 2017) in the serving graph.
+- `psmm_tf.export.export_saved_model`: `psmm-export`, checkpoint + vocabulary ->
+  `<base>/<version>/`.
+- `psmm_tf.export.score`: `psmm-score`, scores text with an export, locally or through TF Serving.
 
-This package file imports nothing heavy: `export.score` and `export.clients` run where only
-TensorFlow is installed (no psmm_tf), as a serving client would.
+This package file imports nothing heavy: `psmm_tf.export.score` and `psmm_tf.export.clients`
+run where only TensorFlow and absl are installed (none of psmm_tf's model code is imported), as
+a serving client would.
 """
 
 # The carried state of the stream signatures, inputs and outputs under the same names.

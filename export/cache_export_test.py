@@ -10,14 +10,21 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
+from psmm_tf.export import (
+    CACHE_STATE_NAMES,
+    STATE_NAMES,
+    export_saved_model,
+    score,
+    testing,
+    warmup,
+)
+from psmm_tf.export.cache import CacheSettings
+from psmm_tf.export.clients import LocalClient
+from psmm_tf.export.export_saved_model_test import run_main
+from psmm_tf.export.servability_test import servability_problems
+from psmm_tf.export.serving_module import ServingModule
+from psmm_tf.export.tokenization import reference_tokens
 
-from export import CACHE_STATE_NAMES, STATE_NAMES, export_saved_model, score, testing, warmup
-from export.cache import CacheSettings
-from export.clients import LocalClient
-from export.export_saved_model_test import run_main
-from export.servability_test import servability_problems
-from export.serving_module import ServingModule
-from export.tokenization import reference_tokens
 from psmm_tf import testing as psmm_testing
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import NeuralCache

@@ -1,13 +1,14 @@
 r"""Exports a trained language model as a TF Serving SavedModel: `<export_base>/<version>/`.
 
 The export is a plain SavedModel (loadable without Python code from this repository) with the
-signatures of `export.serving_module`, the vocabulary as an asset, warmup requests in
+signatures of `psmm_tf.export.serving_module`, the vocabulary as an asset, warmup requests in
 `assets.extra/tf_serving_warmup_requests` and the run's config in `assets.extra/config.json`.
 The workdir of an input-to-output gate run (its config's `model.base_model` is set) is exported
 from its `model.keras`, which holds the frozen model and the gate. `--cache_window` (with
 `--cache_theta`, `--cache_lambda`) exports the model with a neural cache (Grave et al. 2017,
-`export.cache`): every score and `predict_next` use `(1 - lambda) p_model + lambda p_cache`, the
-stream signatures carry the cache as state, and `assets.extra/neural_cache.json` records it.
+`psmm_tf.export.cache`): every score and `predict_next` use
+`(1 - lambda) p_model + lambda p_cache`, the stream signatures carry the cache as state,
+and `assets.extra/neural_cache.json` records it.
 It is written to a hidden temporary folder beside the versions (TF Serving ignores non-numeric
 names) and renamed into place at the end, so a failed export leaves nothing behind and a
 version is never overwritten.
@@ -32,11 +33,11 @@ import tempfile
 import keras
 import tensorflow as tf
 from absl import app, flags
+from psmm_tf.export import cache, serving_module, warmup
+from psmm_tf.export.serving_module import ServingModule
 from tensorflow.core.protobuf import saved_model_pb2
 
 import psmm_tf.models  # noqa: F401  (registers the custom Keras objects for load_model)
-from export import cache, serving_module, warmup
-from export.serving_module import ServingModule
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import NeuralCache, build_model

@@ -11,10 +11,10 @@ import textwrap
 import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
+from psmm_tf.export import export_saved_model, testing, warmup
+from psmm_tf.export.clients import LocalClient
 from tensorflow_serving.config import model_server_config_pb2
 
-from export import export_saved_model, testing, warmup
-from export.clients import LocalClient
 from psmm_tf.data import Vocabulary
 
 SIGNATURES = ("serving_default", "score_text", "score", "score_text_stream", "score_stream",
@@ -33,7 +33,7 @@ def run_main(argv):
 
 def keras_log_probs(model, vocab, texts):
     """Keras `score()` of each text (read after a leading <eos>), as a list of arrays."""
-    from export.tokenization import reference_tokens
+    from psmm_tf.export.tokenization import reference_tokens
 
     result = []
     for text in texts:

@@ -8,12 +8,12 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
+from psmm_tf.export import STATE_NAMES, export_saved_model, testing
+from psmm_tf.export.export_saved_model_test import run_main
+from psmm_tf.export.servability_test import servability_problems
+from psmm_tf.export.serving_module import ServingModule
+from psmm_tf.export.tokenization import reference_tokens
 
-from export import STATE_NAMES, export_saved_model, testing
-from export.export_saved_model_test import run_main
-from export.servability_test import servability_problems
-from export.serving_module import ServingModule
-from export.tokenization import reference_tokens
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import InputOutputGateLM, NeuralCache
 

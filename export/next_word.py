@@ -9,9 +9,9 @@ is scatter-added onto these extended ids by `psmm_tf.layers.mixture_distribution
 `<unk>` entry keeps the softmax's mass for "some word outside the vocabulary" plus the
 attention on literal `<unk>` tokens of the context.
 
-With a neural cache (`export.cache`) the slots are the last `N = max(L, W)` words: the cache's
-candidates are the words that followed its `W` states, i.e. the context's last `W` words, and
-an out-of-vocabulary word among them gets its extended id too. The distribution becomes
+With a neural cache (`psmm_tf.export.cache`) the slots are the last `N = max(L, W)` words: the
+cache's candidates are the words that followed its `W` states, i.e. the context's last `W`
+words, and an out-of-vocabulary word among them gets its extended id too. The distribution becomes
 `(1 - lambda) p_model + lambda p_cache` over the `V + N` ids (`p_model` alone for an empty
 context), so summing the ids `>= V` into `<unk>` gives the distribution the `score` signatures
 use.
@@ -53,7 +53,7 @@ def next_word(outputs, words, vocab_ids, lengths, window_size, vocab_size, cache
         lengths: int32 `(B,)`, tokens per row (>= 1).
         window_size: int. `L`, keys the pointer of a position can reach.
         vocab_size: int. `V`.
-        cache: optional `export.cache.CacheSettings`: mix the neural cache in.
+        cache: optional `psmm_tf.export.cache.CacheSettings`: mix the neural cache in.
 
     Returns:
         A dict with `distribution` float32 `(B, V + N)` (rows sum to 1; `N = L`, or

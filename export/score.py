@@ -27,8 +27,7 @@ import math
 import sys
 
 import numpy as np
-
-from export.clients import GrpcClient, LocalClient, RestClient, ServingError
+from psmm_tf.export.clients import GrpcClient, LocalClient, RestClient, ServingError
 
 
 def _line_results(outputs, row, first_line):

@@ -12,9 +12,8 @@ from unittest import mock
 
 import numpy as np
 import tensorflow as tf
-
-from export import score, testing
-from export.clients import GrpcClient, LocalClient, RestClient, ServingError
+from psmm_tf.export import score, testing
+from psmm_tf.export.clients import GrpcClient, LocalClient, RestClient, ServingError
 
 LINES = ["the cat sat on the mat", "", "a zebra saw the cat", "the cat ran to the zebra",
          "his dog was big and red", "it saw a bird in the tree"]
@@ -132,9 +131,12 @@ class ScoreTest(tf.test.TestCase):
         self.assertAllClose(total["perplexity"], math.exp(-np.mean(log_probs)), rtol=1e-6)
 
     def test_cli_runs_without_psmm_tf(self):
-        # A serving client needs TensorFlow only: the CLI must not import the library.
+        # A serving client needs TensorFlow only: the CLI must not import the library's model,
+        # layer, data or training code (psmm_tf itself and psmm_tf.export are light).
         repo = os.path.dirname(os.path.dirname(os.path.abspath(score.__file__)))
-        code = ("import sys; sys.modules['psmm_tf'] = None; from export import score; "
+        code = ("import sys; sys.modules.update(dict.fromkeys(['psmm_tf.models', "
+                "'psmm_tf.layers', 'psmm_tf.data', 'psmm_tf.training', 'psmm_tf.losses'])); "
+                "from psmm_tf.export import score; "
                 f"sys.exit(score.main(['--model', {self.base!r}, '--input', {self.input!r}, "
                 "'--format', 'json']))")
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,9 +1,9 @@
 """The serving `tf.Module`: a trained language model and its vocabulary, with named signatures.
 
 Signatures (DESIGN.md section 5). `B` (batch) and `T` (time) are dynamic everywhere; inputs
-are declared with unknown rank and checked in the graph (`export.validation`), so a bad input
-is an InvalidArgumentError that names it. Every text is read as training reads a corpus file
-(`export.tokenization`): each line's words plus `<eos>`, and the first token is predicted
+are declared with unknown rank and checked in the graph (`psmm_tf.export.validation`), so a bad
+input is an InvalidArgumentError that names it. Every text is read as training reads a corpus file
+(`psmm_tf.export.tokenization`): each line's words plus `<eos>`, and the first token is predicted
 after an `<eos>` (the start of a line). Ids follow the same convention: `token_ids` are the
 tokens to score; the model reads `[last_id, token_ids[:-1]]`.
 
@@ -27,7 +27,7 @@ tokens to score; the model reads `[last_id, token_ids[:-1]]`.
   `pointer_probs` float32: the words of the window ranked by the pointer's probability.
 
 The model may be any `LanguageModel`, an `InputOutputGateLM` (the gated softmax is served), or
-a `NeuralCache` over either (Grave et al. 2017; `export.cache`). With a cache, `log_probs`,
+a `NeuralCache` over either (Grave et al. 2017; `psmm_tf.export.cache`). With a cache, `log_probs`,
 `log_likelihood`, `perplexity` and `top_probs` are those of `(1 - lambda) p_model + lambda
 p_cache` (`gate` stays the model's), and the state has three more tensors, in the stream
 signatures' inputs and outputs and in `initial_state`: `cache_hidden` float32 `(B, W, H)`,
@@ -39,9 +39,9 @@ runs out of memory; float state inputs must be finite.
 """
 
 import tensorflow as tf
+from psmm_tf.export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
+from psmm_tf.export.next_word import next_word, top_words
 
-from export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
-from export.next_word import next_word, top_words
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import NeuralCache
 
@@ -115,7 +115,7 @@ class ServingModule(tf.Module):
         max_tokens: int. Most tokens of one request (batch x longest text), in every signature.
 
     Attributes:
-        cache: `export.cache.CacheSettings` or None.
+        cache: `psmm_tf.export.cache.CacheSettings` or None.
         state_names: tuple of str, the state tensors of the stream signatures.
     """
 
@@ -206,7 +206,7 @@ class ServingModule(tf.Module):
     # Shared parts.
 
     def _validated(self, inputs, allow_empty=False):
-        """The inputs after the staged checks of `export.validation`, with static ranks."""
+        """The inputs after the staged checks of `psmm_tf.export.validation`, with static ranks."""
         inputs = validation.after_checks(inputs, lambda t: [
             validation.rank_check(name, value, *INPUT_RANKS[name]) for name, value in t.items()])
         inputs = {name: tf.ensure_shape(value, [None] * INPUT_RANKS[name][0])

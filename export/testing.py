@@ -22,8 +22,7 @@ import threading
 
 import numpy as np
 import tensorflow as tf
-
-from export.clients import ServingError
+from psmm_tf.export.clients import ServingError
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "house",
          "and", "of", "in", "it", "was", "big", "red", "small", "tree", "bird", "saw", "his"]
@@ -32,8 +31,7 @@ WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", 
 def run_export_main(argv):
     """Runs `psmm-export` with `argv` in this process; returns `(exit code, stdout, stderr)`."""
     from absl import flags
-
-    from export import export_saved_model
+    from psmm_tf.export import export_saved_model
 
     flags.FLAGS.unparse_flags()
     out, err = io.StringIO(), io.StringIO()
@@ -93,7 +91,7 @@ def shared_export():
 
     Tests must not change the model or the files; the folder is removed at exit.
     """
-    from export.export_saved_model import export
+    from psmm_tf.export.export_saved_model import export
 
     folder = tempfile.mkdtemp(prefix="psmm-export-test-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)

@@ -3,9 +3,8 @@
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
-
-from export import testing
-from export.clients import LocalClient, ServingError
+from psmm_tf.export import testing
+from psmm_tf.export.clients import LocalClient, ServingError
 
 BAD_INPUTS = (
     ("ids_too_large", "score", {"token_ids": [[2, 24]], "lengths": [2]},

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from psmm_tf.export import score, testing
+from psmm_tf.export.clients import LocalClient, RestClient, ServingError
+from psmm_tf.export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
 from train_testlib import REPO_ROOT, run_script, tiny_config
 
-from export import score, testing
-from export.clients import LocalClient, RestClient, ServingError
-from export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
 from psmm_tf.models import NeuralCache
 from psmm_tf.training import checkpointing, evaluation_report, reporting, run_setup, train_lib
 

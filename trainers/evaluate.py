@@ -135,7 +135,13 @@ def _main(argv):
             sys.exit(f"FATAL Flags error: --workdir={workdir} has no {needed}; expected the "
                      "folder of a training run.")
     positions = _positions()
-    from psmm_tf.training import cache_evaluation, evaluation_report
+    from psmm_tf.training import analysis, cache_evaluation, evaluation_report
+
+    if FLAGS.baseline_workdir is not None:
+        try:  # before any work: the comparison ends with the Figure 4 chart
+            analysis.require_matplotlib()
+        except ImportError as err:
+            sys.exit(f"FATAL --baseline_workdir: {err}")
 
     cache = None if cache_options is None else cache_evaluation.CacheSettings(**cache_options)
     output_dir = FLAGS.output_dir or workdir / f"evaluation_{FLAGS.split}"

@@ -134,8 +134,25 @@ def format_bucket_table(rows, model_name="psmm", baseline_name="lstm"):
     return "\n".join(lines) + "\n"
 
 
+PLOTS_MISSING = ("the Figure 4 chart needs matplotlib, an optional dependency of psmm_tf: "
+                 "pip install 'psmm_tf[plots]'")
+
+
+def require_matplotlib():
+    """Raises ImportError naming the `plots` extra where matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as err:
+        raise ImportError(PLOTS_MISSING) from err
+
+
 def plot_buckets(rows, path, model_name="psmm", baseline_name="lstm"):
-    """Bar chart of the per-bucket mean difference in log perplexity (Figure 4), PNG or SVG."""
+    """Bar chart of the per-bucket mean difference in log perplexity (Figure 4), PNG or SVG.
+
+    Raises:
+        ImportError: matplotlib is missing (the message names the `plots` extra).
+    """
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,5 +1,9 @@
 """Frequency buckets, gate statistics and the attention page against hand-worked cases."""
 
+import os
+import sys
+from unittest import mock
+
 import numpy as np
 import tensorflow as tf
 
@@ -79,6 +83,16 @@ class AttentionPageTest(tf.test.TestCase):
         positions = visualisation.choose_positions(gate, in_window, count=4)
         self.assertLen(positions, 4)
         self.assertContainsSubset([1, 4, 0], positions)  # the 3 lowest copyable gates
+
+
+class PlotsExtraTest(tf.test.TestCase):
+    def test_missing_matplotlib_names_the_plots_extra(self):
+        rows = [{"bucket": 0, "mean_difference": 0.1}]
+        path = os.path.join(self.get_temp_dir(), "chart.png")
+        with mock.patch.dict(sys.modules, {"matplotlib": None, "matplotlib.pyplot": None}):
+            with self.assertRaisesRegex(ImportError, r"pip install 'psmm_tf\[plots\]'"):
+                analysis.plot_buckets(rows, path)
+        self.assertFalse(os.path.exists(path))
 
 
 if __name__ == "__main__":
