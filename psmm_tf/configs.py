@@ -9,7 +9,8 @@ rate 1 on the mixture's negative log-likelihood (eq. 9's pointer term has weight
 paper's one joint norm of 1 is made for one target per update (k1 = 1) and starves the LSTM on
 a T-target window, while one joint norm of 5 saturates the gate (docs/design_notes.md). The
 paper's exact regime is `pointer_memory="recompute"`, `num_predicted=1`, `clip_norm=1`,
-`pointer_clip_norm=None`, `pointer_loss_weight=1`. Trainers map flags onto these; the library itself never reads flags.
+`pointer_clip_norm=None`, `pointer_loss_weight=1`. Trainers map flags onto these; the library
+itself never reads flags.
 """
 
 import dataclasses
