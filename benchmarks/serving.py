@@ -24,11 +24,11 @@ import time
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
-from psmm_tf.export import export_saved_model
-from psmm_tf.export.tokenization import reference_tokens
 
 from psmm_tf import configs
 from psmm_tf.data import Vocabulary
+from psmm_tf.export import export_saved_model
+from psmm_tf.export.tokenization import reference_tokens
 from psmm_tf.models import build_model
 
 FLAGS = flags.FLAGS

@@ -19,8 +19,8 @@ import json
 import math
 
 import tensorflow as tf
-from psmm_tf.export import CACHE_STATE_NAMES
 
+from psmm_tf.export import CACHE_STATE_NAMES
 from psmm_tf.layers import neural_cache
 
 # The settings of an export's cache, in its `assets.extra/`.

@@ -12,6 +12,7 @@ from unittest import mock
 
 import numpy as np
 import tensorflow as tf
+
 from psmm_tf.export import score, testing
 from psmm_tf.export.clients import GrpcClient, LocalClient, RestClient, ServingError
 

@@ -7,9 +7,10 @@ import tempfile
 import keras
 import numpy as np
 import tensorflow as tf
-from psmm_tf.export import testing
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import kernels
+
+from psmm_tf.export import testing
 
 FORBIDDEN_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc", "XlaLaunch", "_XlaCompile",
                  "_XlaRun", "XlaCallModule", "_XlaMerge"}

@@ -39,10 +39,10 @@ runs out of memory; float state inputs must be finite.
 """
 
 import tensorflow as tf
-from psmm_tf.export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
-from psmm_tf.export.next_word import next_word, top_words
 
 from psmm_tf.data import Vocabulary
+from psmm_tf.export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
+from psmm_tf.export.next_word import next_word, top_words
 from psmm_tf.models import NeuralCache
 
 # Tokens of one request (B x T): ~2 GB of activations at V = 10,000 (a 100,000-word text grew a

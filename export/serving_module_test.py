@@ -8,11 +8,11 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-from psmm_tf.export import STATE_NAMES, testing, tokenization
-from psmm_tf.export.serving_module import ServingModule
 
 from psmm_tf import testing as psmm_testing
 from psmm_tf.data import Vocabulary, read_tokens
+from psmm_tf.export import STATE_NAMES, testing, tokenization
+from psmm_tf.export.serving_module import ServingModule
 
 TRICKY_TEXTS = [
     "the cat sat on the mat",

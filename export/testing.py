@@ -22,6 +22,7 @@ import threading
 
 import numpy as np
 import tensorflow as tf
+
 from psmm_tf.export.clients import ServingError
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "house",
@@ -31,6 +32,7 @@ WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", 
 def run_export_main(argv):
     """Runs `psmm-export` with `argv` in this process; returns `(exit code, stdout, stderr)`."""
     from absl import flags
+
     from psmm_tf.export import export_saved_model
 
     flags.FLAGS.unparse_flags()

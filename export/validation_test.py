@@ -3,6 +3,7 @@
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+
 from psmm_tf.export import testing
 from psmm_tf.export.clients import LocalClient, ServingError
 

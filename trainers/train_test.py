@@ -5,10 +5,10 @@ from pathlib import Path
 import tensorflow as tf
 from absl import app, flags
 from absl.testing import flagsaver
-from psmm_tf.trainers import train
 
 from psmm_tf import configs
 from psmm_tf.testing import run_in_fresh_process
+from psmm_tf.trainers import train
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
