@@ -1,4 +1,20 @@
-r"""Exports a trained language model as a TF Serving SavedModel: `<export_base>/<version>/`.
+r"""psmm-export: a trained language model as a TF Serving SavedModel, `<export_base>/<N>/`.
+
+Usage examples:
+  # The latest checkpoint of a training run, as the next version of /models/psmm.
+  psmm-export --workdir=/runs/ptb --export_base=/models/psmm
+
+  # A .keras model with its vocabulary and config, as version 3.
+  psmm-export --keras_model=/runs/ptb/model.keras --vocab=/runs/ptb/vocab.txt \
+      --config=/runs/ptb/config.json --export_base=/models/psmm --model_version=3
+
+  # One checkpoint.
+  psmm-export --checkpoint=/runs/ptb/checkpoints/ckpt-40 --config=... --vocab=... \
+      --export_base=...
+
+  # With a neural cache (theta and lambda tuned by psmm-evaluate --cache_grid).
+  psmm-export --workdir=/runs/ptb --export_base=/models/psmm_cache \
+      --cache_window=2000 --cache_theta=0.3 --cache_lambda=0.1
 
 The export is a plain SavedModel (loadable without Python code from this repository) with the
 signatures of `psmm_tf.export.serving_module`, the vocabulary as an asset, warmup requests in
@@ -13,15 +29,6 @@ It is written to a hidden temporary folder beside the versions (TF Serving ignor
 names) and renamed into place at the end, so a failed export leaves nothing behind and a
 version is never overwritten.
 
-Usage:
-```
-psmm-export --workdir=/runs/ptb --export_base=/models/psmm            # latest checkpoint
-psmm-export --keras_model=/runs/ptb/model.keras --vocab=/runs/ptb/vocab.txt \
-    --config=/runs/ptb/config.json --export_base=/models/psmm --version=3
-psmm-export --checkpoint=/runs/ptb/checkpoints/ckpt-40 --config=... --vocab=... --export_base=...
-psmm-export --workdir=/runs/ptb --export_base=/models/psmm_cache \
-    --cache_window=2000 --cache_theta=0.3 --cache_lambda=0.1   # tuned: psmm-evaluate --cache_grid
-```
 """
 
 import json
@@ -33,13 +40,14 @@ import tempfile
 import keras
 import tensorflow as tf
 from absl import app, flags
-from psmm_tf.export import cache, serving_module, warmup
-from psmm_tf.export.serving_module import ServingModule
 from tensorflow.core.protobuf import saved_model_pb2
 
 import psmm_tf.models  # noqa: F401  (registers the custom Keras objects for load_model)
+from psmm_tf import cli
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import Vocabulary
+from psmm_tf.export import cache, serving_module, warmup
+from psmm_tf.export.serving_module import ServingModule
 from psmm_tf.models import NeuralCache, build_model
 from psmm_tf.models.neural_cache import DEFAULT_LAMBDA, DEFAULT_THETA
 from psmm_tf.training import checkpointing
@@ -77,11 +85,11 @@ flags.DEFINE_string(
     "export_base", None, "Folder of the versions; created if missing.", flag_values=EXPORT_FLAGS
 )
 flags.DEFINE_integer(
-    "version", None, "Version to write, >= 1 (default: the next integer).",
+    "model_version", None, "Version folder to write, >= 1 (default: the next integer).",
     flag_values=EXPORT_FLAGS
 )
 flags.register_validator(
-    "version", lambda v: v is None or v >= 1,
+    "model_version", lambda v: v is None or v >= 1,
     message="must be an integer >= 1 (TF Serving loads positive version folders only).",
     flag_values=EXPORT_FLAGS)
 flags.DEFINE_integer(
@@ -92,6 +100,8 @@ flags.DEFINE_integer(
 flags.DEFINE_string(
     "model_name", "psmm", "Model name in the warmup requests.", flag_values=EXPORT_FLAGS
 )
+cli.define_version_flag(EXPORT_FLAGS)
+PROGRAM = "psmm-export"
 DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # NeuralCache's
 flags.DEFINE_integer(
     "cache_window",
@@ -354,9 +364,9 @@ def describe_signatures(export_dir):
 
 def _main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+        cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.export_base is None:
-        raise app.UsageError("--export_base is required.")
+        cli.usage_error(PROGRAM, "--export_base is required: the folder of the versions.")
     settings = cache_settings(FLAGS.cache_window, FLAGS.cache_theta, FLAGS.cache_lambda)
     try:
         model, vocab, config_json = load_model(
@@ -366,26 +376,20 @@ def _main(argv):
         sys.stderr.write(f"psmm-export: {err}\n")
         sys.exit(1)
     model = with_cache(model, settings)
-    path = export(model, vocab, FLAGS.export_base, FLAGS.version, FLAGS.model_name, config_json,
-                  FLAGS.max_request_tokens)
+    path = export(model, vocab, FLAGS.export_base, FLAGS.model_version, FLAGS.model_name,
+                  config_json, FLAGS.max_request_tokens)
     print(f"Exported {path}")
     print(describe_signatures(path))
 
 
 def _parse_flags(argv):
-    """Parses `argv` into EXPORT_FLAGS (app.run's flags_parser); --help prints them."""
-    if any(arg in ("-h", "--help", "--helpshort", "--helpfull") for arg in argv[1:]):
-        print(__doc__)
-        print(EXPORT_FLAGS.get_help())
-        sys.exit(0)
-    EXPORT_FLAGS.unparse_flags()  # each call starts from the defaults (main() runs in tests)
-    try:
-        remaining = EXPORT_FLAGS(argv)
-    except flags.Error as error:
-        sys.stderr.write(f"psmm-export: {error}\nTry --help.\n")
-        sys.exit(1)
-    flags.FLAGS.mark_as_parsed()  # absl logging reads the global flags
-    return remaining
+    """Parses `argv` into EXPORT_FLAGS (app.run's flags_parser); see `psmm_tf.cli`."""
+    old_version = [arg for arg in argv[1:] if arg.startswith("--version=")
+                   and arg.split("=", 1)[1].isdigit()]
+    if old_version:  # the version folder's flag before 0.2: now --model_version
+        cli.usage_error(PROGRAM, f"{old_version[0]}: --version prints the psmm_tf version; the "
+                        "version folder to write is --model_version=N.")
+    return cli.parse(argv, EXPORT_FLAGS, program=PROGRAM, doc=__doc__, module_name=__name__)
 
 
 def main(argv=None):

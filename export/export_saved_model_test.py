@@ -11,11 +11,11 @@ import textwrap
 import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
-from psmm_tf.export import export_saved_model, testing, warmup
-from psmm_tf.export.clients import LocalClient
 from tensorflow_serving.config import model_server_config_pb2
 
 from psmm_tf.data import Vocabulary
+from psmm_tf.export import export_saved_model, testing, warmup
+from psmm_tf.export.clients import LocalClient
 
 SIGNATURES = ("serving_default", "score_text", "score", "score_text_stream", "score_stream",
               "initial_state", "predict_next")
@@ -112,7 +112,7 @@ class ExportTest(tf.test.TestCase):
         base = os.path.join(self.tmp, "from_keras")
         stdout = run_main([f"--keras_model={self.workdir}/model.keras",
                            f"--vocab={self.workdir}/vocab.txt", f"--export_base={base}",
-                           "--version=7"])
+                           "--model_version=7"])
         self.assertIn(os.path.join(base, "7"), stdout)
         out = LocalClient(base).predict("serving_default", {"texts": TEXTS})
         self.assert_scores_expected(out["log_probs"], out["num_tokens"])

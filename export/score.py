@@ -1,4 +1,12 @@
-"""`psmm-score`: per-token log-probabilities, gate and perplexity of a text with an export.
+r"""psmm-score: per-token log-probabilities, gate and perplexity of a text with an export.
+
+Usage examples:
+  # An export folder (or a base folder of versions: the latest) loaded in this process.
+  psmm-score --model=/models/psmm --input=ptb.test.txt --format=json
+
+  # A model served by TF Serving, over REST or gRPC; the text from stdin.
+  echo "the cat sat" | psmm-score --rest=http://localhost:8501 --model_name=psmm
+  psmm-score --grpc=localhost:8500 --model_name=psmm --model_version=2 --input=text.txt
 
 The model runs in this process (`--model`, an export folder or a base of versions) or behind
 TF Serving (`--rest http://host:8501` or `--grpc host:8500`, with `--model_name`). Input is a
@@ -14,19 +22,18 @@ a `# line N: perplexity P (T tokens)` row; then `# total: ...`. `--format json`:
 per line (`line`, `tokens`, `log_probs`, `gate`, `num_tokens`, `log_likelihood`,
 `perplexity`), then a `{"total": {...}}` object.
 
-Example:
-```
-psmm-score --model=/models/psmm --input=ptb.test.txt --format=json
-echo "the cat sat" | psmm-score --rest=http://localhost:8501 --model_name=psmm
-```
+Exactly one of --model, --rest and --grpc is given. Flag errors and unreadable inputs exit
+with status 2, a failed request with 1.
 """
 
-import argparse
 import json
 import math
 import sys
 
 import numpy as np
+from absl import flags
+
+from psmm_tf import cli
 from psmm_tf.export.clients import GrpcClient, LocalClient, RestClient, ServingError
 
 
@@ -71,23 +78,35 @@ def score_independent(client, lines, batch_size=32):
             yield from _line_results(outputs, row, first + row + 1)
 
 
-def _parser():
-    parser = argparse.ArgumentParser(prog="psmm-score", description=__doc__.split("\n\n")[0])
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--model", help="Export folder, or a base folder of versions (latest).")
-    where.add_argument("--rest", help="TF Serving REST URL, e.g. http://localhost:8501.")
-    where.add_argument("--grpc", help="TF Serving gRPC address, e.g. localhost:8500.")
-    parser.add_argument("--model_name", default="psmm", help="Served model name.")
-    parser.add_argument("--model_version", type=int, default=None,
-                        help="Version to score with (default: the latest); with --model, a "
-                             "version folder of that base.")
-    parser.add_argument("--input", default="-", help="Text file (UTF-8); '-' for stdin.")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--independent", action="store_true",
-                        help="Score each line on its own instead of the file as one document.")
-    parser.add_argument("--lines_per_request", type=int, default=64)
-    parser.add_argument("--timeout", type=float, default=30.0, help="Seconds per request.")
-    return parser
+# Its own flag registry, as psmm-export's: --model and --model_name are psmm-train's and
+# psmm-export's names too, and the test process imports all of them.
+SCORE_FLAGS = flags.FlagValues()
+PROGRAM = "psmm-score"
+flags.DEFINE_string("model", None, "Export folder, or a base folder of versions (the latest "
+                    "is used). Exactly one of --model, --rest and --grpc.",
+                    flag_values=SCORE_FLAGS)
+flags.DEFINE_string("rest", None, "TF Serving REST URL, e.g. http://localhost:8501.",
+                    flag_values=SCORE_FLAGS)
+flags.DEFINE_string("grpc", None, "TF Serving gRPC address, e.g. localhost:8500.",
+                    flag_values=SCORE_FLAGS)
+flags.mark_flags_as_mutual_exclusive(["model", "rest", "grpc"], required=True,
+                                     flag_values=SCORE_FLAGS)
+flags.DEFINE_string("model_name", "psmm", "Served model name (with --rest or --grpc).",
+                    flag_values=SCORE_FLAGS)
+flags.DEFINE_integer("model_version", None, "Version to score with (default: the latest); "
+                     "with --model, a version folder of that base.", flag_values=SCORE_FLAGS)
+flags.DEFINE_string("input", "-", "Text file (UTF-8); '-' for stdin.", flag_values=SCORE_FLAGS)
+flags.DEFINE_enum("format", "text", ["text", "json"], "text: one token<TAB>log_prob<TAB>gate "
+                  "row per token and a '# line N: perplexity' row per line; json: one object "
+                  "per line, then a total.", flag_values=SCORE_FLAGS)
+flags.DEFINE_bool("independent", False, "Score each line on its own (batched) instead of the "
+                  "file as one document with the state carried.", flag_values=SCORE_FLAGS)
+flags.DEFINE_integer("lines_per_request", 64, "Lines per request: a chunk of the document (with "
+                     "the carried state), or a batch of lines with --independent.",
+                     flag_values=SCORE_FLAGS)
+flags.DEFINE_float("timeout", 30.0, "Seconds per request (with --rest or --grpc).",
+                   flag_values=SCORE_FLAGS)
+cli.define_version_flag(SCORE_FLAGS)
 
 
 def _client(args):
@@ -126,8 +145,23 @@ def _write(result, fmt, out):
 
 
 def main(argv=None, out=None):
-    """Console-script entry point (`psmm-score`); returns the exit status."""
-    args = _parser().parse_args(argv)
+    """Console-script entry point (`psmm-score`); returns the exit status.
+
+    Args:
+        argv: the arguments after the program name (default: `sys.argv[1:]`).
+        out: where the scores go (default: stdout).
+
+    Raises:
+        SystemExit: --help, --version (status 0) or a flag error (status 2, the message on
+            stderr), as `psmm_tf.cli.parse` handles them.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    remaining = cli.parse([PROGRAM, *argv], SCORE_FLAGS, program=PROGRAM, doc=__doc__,
+                          module_name=__name__, error_status=2)
+    if len(remaining) > 1:
+        print(f"psmm-score: unexpected arguments: {' '.join(remaining[1:])}", file=sys.stderr)
+        return 2
+    args = SCORE_FLAGS
     out = out or sys.stdout
     if args.lines_per_request < 1:
         print("psmm-score: --lines_per_request must be >= 1", file=sys.stderr)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from train_testlib import REPO_ROOT, run_script, tiny_config
+
 from psmm_tf.export import score, testing
 from psmm_tf.export.clients import LocalClient, RestClient, ServingError
 from psmm_tf.export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
-from train_testlib import REPO_ROOT, run_script, tiny_config
-
 from psmm_tf.models import NeuralCache
 from psmm_tf.training import checkpointing, evaluation_report, reporting, run_setup, train_lib
 
@@ -342,8 +342,8 @@ class ExportTest(_TrainedRunTestCase):
         before = snapshot(run)
         base = Path(self.get_temp_dir()) / "exports"
         for argv, message in [
-            ([f"--workdir={run}", "--version=0"],
-             r"flag --version=0: must be an integer >= 1"),
+            ([f"--workdir={run}", "--model_version=0"],
+             r"flag --model_version=0: must be an integer >= 1"),
             ([f"--workdir={run}", f"--vocab={permuted}"],
              r"psmm-export: Vocabulary .*permuted_vocab.txt is not the one the model of "
              r".*export_run was trained with"),

@@ -1,4 +1,13 @@
-r"""Evaluates a trained run: exact perplexity, gate statistics, Figure 4 and an attention page.
+r"""psmm-evaluate: exact perplexity, gate statistics, Figure 4 and an attention page of a run.
+
+Usage examples:
+  # The PSMM run of the quick start against its LSTM baseline (Figure 4 needs
+  # pip install "psmm_tf[plots]").
+  psmm-evaluate --workdir=/tmp/psmm_quickstart/psmm \
+      --baseline_workdir=/tmp/psmm_quickstart/lstm --split=test
+
+  # The LSTM run with a neural cache of 100 states, theta and lambda tuned on valid.
+  psmm-evaluate --workdir=/tmp/psmm_quickstart/lstm --cache_window=100 --cache_grid
 
 Reads a training workdir (config.json, vocab.txt, model.keras or checkpoints/) and writes into
 --output_dir (default: <workdir>/evaluation_<split>):
@@ -11,17 +20,14 @@ With --cache_window, the run is also evaluated with a neural cache (Grave et al.
 p = (1 - lambda) p_model + lambda p_cache over the last --cache_window hidden states, with
 --cache_theta and --cache_lambda, or with the pair a grid search on the valid split picks
 (--cache_grid); the scores go under "neural_cache" in metrics.json.
-
-Examples:
-  psmm-evaluate --workdir=/tmp/psmm_quickstart/psmm \
-      --baseline_workdir=/tmp/psmm_quickstart/lstm --split=test
-  psmm-evaluate --workdir=/tmp/psmm_quickstart/lstm --cache_window=100 --cache_grid
 """
 
 import logging
 import sys
 
-from absl import app, flags
+from absl import flags
+
+from psmm_tf import cli
 
 FLAGS = flags.FLAGS
 
@@ -57,6 +63,9 @@ flags.DEFINE_list("cache_thetas", None, "Thetas of --cache_grid (default: "
 flags.DEFINE_list("cache_lambdas", None, "Lambdas of --cache_grid (default: "
                   "0.05,0.1,0.15,0.2,0.3,0.4).")
 flags.register_validator("workdir", bool, message="is required: a training run's folder.")
+cli.define_version_flag(FLAGS)
+
+PROGRAM = "psmm-evaluate"
 flags.register_validator("cache_window", lambda v: v is None or v >= 1,
                          message="must be an integer >= 1 (hidden states in the cache).")
 flags.register_validator("cache_theta", lambda v: v is None or v >= 0, message="must be >= 0.")
@@ -123,7 +132,7 @@ def _cache_options():
 
 def _main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+        cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
     # TensorFlow's own INFO lines (one per checkpoint shard) would drown the progress.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     from pathlib import Path
@@ -170,9 +179,9 @@ def _main(argv):
     print(f"report written to {output_dir}")
 
 
-def main():
+def main(argv=None):
     """Console-script entry point (`psmm-evaluate`)."""
-    app.run(_main)
+    cli.run(_main, program=PROGRAM, doc=__doc__, module_name=__name__, argv=argv)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,6 @@
-r"""Trains a pointer sentinel mixture model (or its LSTM baseline) and resumes killed runs.
+r"""psmm-train: trains a pointer sentinel mixture model (or its LSTM baseline); resumes runs.
 
-A named preset fills every setting a flag does not give. A --workdir that already holds a run
-resumes it (same settings; --epochs may grow). The workdir then holds config.json, vocab.txt,
-checkpoints/, model.keras (the best model by validation perplexity), history.json, steps.jsonl,
-results.json and tensorboard/.
-
-Examples:
+Usage examples:
   # About a minute on a CPU: PSMM against the LSTM baseline on the embedded synthetic corpus.
   psmm-train --preset=small --dataset=synthetic --epochs=3 --compare_baseline \
       --workdir=/tmp/psmm_quickstart
@@ -18,6 +13,15 @@ Examples:
 
   # Two GPUs of one machine, or the workers listed in TF_CONFIG.
   psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --strategy=mirrored ...
+
+  # The settings a preset gives every flag left out: its defaults in this help.
+  psmm-train --preset=medium --help
+
+A named preset fills every setting a flag does not give (the help below names the value of
+--preset's, or of the --preset given with --help). A --workdir that already holds a run resumes
+it (same settings; --epochs may grow). The workdir then holds config.json, vocab.txt,
+checkpoints/, model.keras (the best model by validation perplexity), history.json, steps.jsonl,
+results.json and tensorboard/.
 """
 
 import logging
@@ -26,7 +30,7 @@ import sys
 
 from absl import app, flags
 
-from psmm_tf import configs
+from psmm_tf import cli, configs
 
 FLAGS = flags.FLAGS
 
@@ -135,6 +139,9 @@ for _name in ("dropout", "zoneout", "gate_dropout"):
     flags.register_validator(_name, lambda v: v is None or 0 <= v < 1,
                              message="must be a probability in [0, 1).")
 flags.register_validator("workdir", lambda v: bool(v), message="is required: the run's folder.")
+cli.define_version_flag(FLAGS)
+
+PROGRAM = "psmm-train"
 
 
 # Flags that describe the model or the corpus: an input-to-output gate run takes them from the
@@ -261,7 +268,7 @@ def make_strategy(name, logical_cpus=0):
 
 def _main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+        cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
     # TensorFlow's own INFO lines (one per checkpoint shard) would drown the progress.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     try:
@@ -270,7 +277,7 @@ def _main(argv):
             raise app.UsageError("--strategy=multi_worker needs the cluster in TF_CONFIG.")
     except app.UsageError as err:
         # The message alone (app.run would bury it under the whole help text); nothing written.
-        sys.exit(f"FATAL Flags error: {err}\nPass --helpfull to see help on flags.")
+        cli.usage_error(PROGRAM, err)
     strategy = make_strategy(FLAGS.strategy, FLAGS.logical_cpus)
     from psmm_tf.training import checkpointing, comparison, run_setup, train_lib
 
@@ -295,9 +302,64 @@ def _main(argv):
                 print(f"  {line}")
 
 
-def main():
+# What the preset's None means, where a flag's help does not say it.
+_UNSET = {"context_length": "unset (window_size - 1)", "steps_per_epoch": "unset (whole epochs)",
+          "max_eval_tokens": "unset (whole splits)", "max_vocab_size": "unset (no limit)"}
+
+
+def preset_defaults(preset_name):
+    """{flag name: the value preset `preset_name` gives it when the flag is left out}."""
+    config = configs.get_preset(preset_name)
+    m, t, d = config.model, config.train, config.data
+    dropouts = (m.input_dropout, m.hidden_dropout, m.output_dropout)
+    values = {
+        "dataset": d.dataset, "train_split": d.train_split, "valid_split": d.valid_split,
+        "test_split": d.test_split, "min_count": d.min_count, "max_vocab_size": d.max_vocab_size,
+        "synthetic_train_tokens": d.synthetic_train_tokens, "model": m.kind,
+        "embedding_dim": m.embedding_dim, "softmax": m.softmax, "num_sampled": m.num_sampled,
+        "hidden_dim": m.hidden_dim, "num_layers": m.num_layers, "window_size": m.window_size,
+        "zoneout": m.zoneout, "initial_gate": m.initial_gate or 0,
+        "dropout": (dropouts[0] if len(set(dropouts)) == 1
+                    else "{}/{}/{} (input/hidden/output)".format(*dropouts)),
+        "num_predicted": t.num_predicted, "pointer_memory": t.pointer_memory,
+        "context_length": t.context_length, "batch_size": t.batch_size,
+        "epochs": t.max_epochs, "steps_per_epoch": t.steps_per_epoch, "patience": t.patience,
+        "optimizer": t.optimizer, "learning_rate": t.learning_rate, "lr_decay": t.lr_decay,
+        "clip_norm": t.clip_norm, "pointer_clip_norm": t.pointer_clip_norm or 0,
+        "pointer_loss_weight": t.pointer_loss_weight, "seed": t.seed,
+        "jit_compile": t.jit_compile, "checkpoint_every_steps": t.checkpoint_every_steps,
+        "max_eval_tokens": t.max_eval_tokens, "eval_batch_size": t.eval_batch_size,
+    }
+    return {name: _UNSET.get(name, "unset") if value is None else value
+            for name, value in values.items()}
+
+
+def _preset_in(argv):
+    """The --preset of a command line (the flag's default if absent or not a preset)."""
+    args = list(argv[1:])
+    for i, arg in enumerate(args):
+        if arg.startswith("--preset="):
+            name = arg.split("=", 1)[1]
+        elif arg == "--preset" and i + 1 < len(args):
+            name = args[i + 1]
+        else:
+            continue
+        if name in configs.PRESETS:
+            return name
+    return FLAGS["preset"].default
+
+
+def help_notes(argv):
+    """Help notes of psmm-train: "default from --preset=NAME: VALUE" for the preset's flags."""
+    preset = _preset_in(argv)
+    return {name: f"default from --preset={preset}: {value}"
+            for name, value in preset_defaults(preset).items()}
+
+
+def main(argv=None):
     """Console-script entry point (`psmm-train`)."""
-    app.run(_main)
+    cli.run(_main, program=PROGRAM, doc=__doc__, module_name=__name__, notes=help_notes,
+            argv=argv)
 
 
 if __name__ == "__main__":

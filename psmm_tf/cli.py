@@ -1,0 +1,135 @@
+"""The one command-line convention of psmm-train, psmm-evaluate, psmm-export and psmm-score.
+
+Every program defines its flags with absl in its own module (psmm-export and psmm-score in a
+`flags.FlagValues` of their own: a test process imports them beside psmm-train, whose flags
+share names with theirs) and parses them with `parse` (or `run`, around `absl.app.run`):
+
+- `--help` (`-h`, `--helpshort`): the module docstring (what the program does, then a usage
+  example block), then the program's own flags with their help text and effective default
+  (where a default comes from elsewhere, e.g. psmm-train's preset, the note says so and gives
+  the value: "default from --preset=small: 35"); exit status 0.
+- `--helpfull`: the same, then absl's own flags.
+- `--version`: "<program> (psmm_tf) <version>"; exit status 0.
+- A flag error: "FATAL Flags error: <message>" and "Try <program> --help." on stderr, exit
+  status 1 (psmm-score: 2, as its other input errors).
+
+This module imports absl only (no TensorFlow): a refused command line costs no TF start.
+"""
+
+import sys
+
+from absl import app, flags
+
+from psmm_tf import __version__
+
+HELP_ARGS = ("-h", "-?", "--help", "--helpshort")
+HELPFULL_ARGS = ("--helpfull",)
+VERSION_ARG = "--version"
+VERSION_HELP = "Print the program's name and the psmm_tf version, then exit."
+
+
+def version_line(program):
+    """`<program> (psmm_tf) <version>`."""
+    return f"{program} (psmm_tf) {__version__}"
+
+
+def define_version_flag(flag_values=flags.FLAGS):
+    """Defines --version (handled by `parse` before any other flag) in `flag_values`."""
+    flags.DEFINE_bool("version", False, VERSION_HELP, flag_values=flag_values)
+
+
+def module_key(module_name):
+    """The name absl registers a module's flags under (`sys.argv[0]` for a script)."""
+    return sys.argv[0] if module_name == "__main__" else module_name
+
+
+def own_flags(flag_values, module_name):
+    """The flags `module_name` defined in `flag_values`, in definition order of absl's listing."""
+    by_module = flag_values.flags_by_module_dict()
+    found = []
+    for key in (module_key(module_name), __name__):
+        for flag in by_module.get(key, []):
+            if flag not in found:
+                found.append(flag)
+    return sorted(found, key=lambda f: f.name)
+
+
+def describe_flag(flag, note=None):
+    """absl's help layout of one flag; `note` (e.g. the preset's value) replaces its default."""
+    name = f"--[no]{flag.name}" if flag.boolean else f"--{flag.name}"
+    lines = [flags.text_wrap(f"{name}: {flag.help}", indent="    ", firstline_indent="  ")]
+    details = []
+    if note is not None:
+        details.append(note)
+    elif flag.default is not None:
+        details.append(f"default: {flag.default_as_str}")
+    kind = {"int": "an integer", "float": "a number", "list": "a comma-separated list"}.get(
+        flag.flag_type())
+    if kind:
+        details.append(kind)
+    if details:
+        lines.append(flags.text_wrap(f"({'; '.join(details)})", indent="    "))
+    return "\n".join(lines)
+
+
+def help_text(doc, flag_values, module_name, notes=None, full=False):
+    """The docstring, then the program's own flags (with `notes`), then absl's with `full`."""
+    notes = notes or {}
+    flag_lines = [describe_flag(flag, notes.get(flag.name))
+                  for flag in own_flags(flag_values, module_name)]
+    parts = [doc.strip("\n"), "", "flags:", *flag_lines]
+    if full:
+        parts += ["", "absl flags:", flag_values.get_help()]
+    else:
+        parts += ["", "Try --helpfull to see absl's own flags too."]
+    return "\n".join(parts) + "\n"
+
+
+def _before_separator(args):
+    return args[:args.index("--")] if "--" in args else args
+
+
+def parse(argv, flag_values, *, program, doc, module_name, notes=None, error_status=1):
+    """Parses `argv` (program name first) into `flag_values`; returns the remaining arguments.
+
+    Handles --help, --helpfull and --version first (printing to stdout, exit 0), so that a
+    required flag's validator does not refuse them. A flag error exits with `error_status`.
+
+    Args:
+        notes: None, or a callable of `argv` giving {flag name: text replacing its default
+            in the help}, e.g. psmm-train's "default from --preset=small: 35".
+    """
+    args = _before_separator(list(argv[1:]))
+    full = any(arg in HELPFULL_ARGS for arg in args)
+    if full or any(arg in HELP_ARGS for arg in args):
+        sys.stdout.write(help_text(doc, flag_values, module_name,
+                                   notes(argv) if notes else None, full=full))
+        sys.exit(0)
+    if VERSION_ARG in args:
+        print(version_line(program))
+        sys.exit(0)
+    if flag_values is not flags.FLAGS:
+        flag_values.unparse_flags()  # each call starts from the defaults (tests call main)
+    try:
+        remaining = flag_values(list(argv))
+    except flags.Error as err:
+        sys.stderr.write(f"FATAL Flags error: {err}\nTry {program} --help.\n")
+        sys.exit(error_status)
+    if flag_values is not flags.FLAGS:
+        flags.FLAGS.mark_as_parsed()  # absl logging reads the global flags
+    return remaining
+
+
+def usage_error(program, message):
+    """Exits with a refused combination of flags: the message and where the help is."""
+    sys.exit(f"FATAL Flags error: {message}\nTry {program} --help.")
+
+
+def run(main, *, program, doc, module_name, flag_values=flags.FLAGS, notes=None, argv=None):
+    """`absl.app.run(main)` with `parse` as the flags parser."""
+
+    def flags_parser(args):
+        return parse(args, flag_values, program=program, doc=doc, module_name=module_name,
+                     notes=notes)
+
+    app.run(main, argv=argv, flags_parser=flags_parser)
