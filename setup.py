@@ -83,7 +83,8 @@ setup(
     extras_require={
         # The Figure 4 chart (frequency_buckets.png) of psmm-evaluate --baseline_workdir.
         "plots": ["matplotlib"],
-        "test": ["pytest>=7", "pytest-xdist", "matplotlib"],
+        # setuptools and wheel: tests/packaging_test.py builds the wheel without isolation.
+        "test": ["pytest>=7", "pytest-xdist", "matplotlib", "setuptools>=61", "wheel"],
         "dev": ["ruff"],
     },
     entry_points={

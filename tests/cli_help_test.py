@@ -1,0 +1,97 @@
+"""Each CLI's plain --help: a usage example block, then its own flags with help text.
+
+The programs run as their console scripts run them (`main()` with `sys.argv[0]` the program's
+name), in fresh processes started side by side.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+from psmm_tf import __version__
+
+TRAIN_FLAGS = (
+    "workdir", "preset", "dataset", "data_dir", "train_split", "valid_split", "test_split",
+    "min_count", "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim", "softmax",
+    "num_sampled", "hidden_dim", "num_layers", "window_size", "num_predicted", "bptt",
+    "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",
+    "optimizer", "learning_rate", "lr_decay", "dropout", "zoneout", "clip_norm", "initial_gate",
+    "pointer_clip_norm", "pointer_loss_weight", "seed", "jit_compile", "checkpoint_every_steps",
+    "max_eval_tokens", "eval_batch_size", "strategy", "logical_cpus", "[no]compare_baseline",
+    "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "verbose", "[no]version")
+PROGRAMS = {
+    "psmm-train": ("psmm_tf.trainers.train", TRAIN_FLAGS),
+    "psmm-evaluate": ("psmm_tf.trainers.evaluate", (
+        "workdir", "baseline_workdir", "split", "output_dir", "data_dir", "max_tokens",
+        "batch_size", "length", "num_buckets", "bucket_by", "positions", "num_examples",
+        "cache_window", "cache_theta", "cache_lambda", "[no]cache_grid", "cache_thetas",
+        "cache_lambdas", "[no]version")),
+    "psmm-export": ("psmm_tf.export.export_saved_model", (
+        "workdir", "keras_model", "checkpoint", "config", "vocab", "export_base",
+        "model_version", "max_request_tokens", "model_name", "cache_window", "cache_theta",
+        "cache_lambda", "[no]version")),
+    "psmm-score": ("psmm_tf.export.score", (
+        "model", "rest", "grpc", "model_name", "model_version", "input", "format",
+        "[no]independent", "lines_per_request", "timeout", "[no]version")),
+}
+# Where psmm-score's main returns a status, the console script exits with it.
+CODE = "import sys; sys.argv = {argv!r}; from {module} import main; sys.exit(main())"
+
+
+def start(program, *args):
+    module = PROGRAMS[program][0]
+    code = CODE.format(argv=[program, *args], module=module)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(process):
+    stdout, stderr = process.communicate(timeout=240)
+    return process.returncode, stdout, stderr
+
+
+class HelpTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        runs = {program: start(program, "--help") for program in PROGRAMS}
+        runs["medium"] = start("psmm-train", "--preset=medium", "--help")
+        runs["version"] = start("psmm-score", "--version")
+        cls.results = {name: finish(process) for name, process in runs.items()}
+
+    def test_help_lists_the_programs_own_flags_with_help_text(self):
+        for program, (_, names) in PROGRAMS.items():
+            with self.subTest(program=program):
+                code, stdout, stderr = self.results[program]
+                self.assertEqual(code, 0, stderr[-2000:])
+                self.assertNotIn("Try --helpfull to get a list of all flags", stdout)
+                self.assertTrue(stdout.startswith(f"{program}: "), stdout[:200])
+                # The usage example block comes first, before the description and the flags.
+                self.assertLess(stdout.index("Usage examples:"), stdout.index("\nflags:\n"))
+                self.assertIn(f"\n  {program} --", stdout)
+                flags_part = stdout.split("\nflags:\n", 1)[1]
+                listed = {line.split(":", 1)[0].strip()[2:] for line in flags_part.splitlines()
+                          if line.startswith("  --")}
+                self.assertEqual(listed, set(names))
+                for name in names:  # each one with its own text after the name
+                    self.assertRegex(flags_part, rf"(?m)^  --{re.escape(name)}: \S")
+                self.assertNotIn("--logtostderr", stdout)  # absl's flags: --helpfull only
+
+    def test_preset_defaults_are_named_with_their_value(self):
+        stdout = self.results["psmm-train"][1]
+        self.assertRegex(stdout, r"--num_predicted: [^\n]*\n(    [^\n]*\n)*"
+                                 r"    \(default from --preset=small: 35; an integer\)")
+        self.assertIn("default from --preset=small: 200", stdout)  # hidden_dim
+        medium = self.results["medium"][1]
+        self.assertRegex(medium, r"--hidden_dim: [^\n]*\n"
+                                 r"    \(default from --preset=medium: 650; an integer\)")
+
+    def test_version(self):
+        code, stdout, _ = self.results["version"]
+        self.assertEqual((code, stdout), (0, f"psmm-score (psmm_tf) {__version__}\n"))
+
+
+if __name__ == "__main__":
+    unittest.main()
