@@ -10,7 +10,7 @@ import subprocess
 import sys
 import unittest
 
-from psmm_tf import __version__
+from psmm_tf import __version__, configs
 
 TRAIN_FLAGS = (
     "workdir", "preset", "dataset", "data_dir", "train_split", "valid_split", "test_split",
@@ -80,13 +80,17 @@ class HelpTest(unittest.TestCase):
                 self.assertNotIn("--logtostderr", stdout)  # absl's flags: --helpfull only
 
     def test_preset_defaults_are_named_with_their_value(self):
+        small, medium = configs.get_preset("small"), configs.get_preset("medium")
         stdout = self.results["psmm-train"][1]
         self.assertRegex(stdout, r"--num_predicted: [^\n]*\n(    [^\n]*\n)*"
-                                 r"    \(default from --preset=small: 35; an integer\)")
-        self.assertIn("default from --preset=small: 200", stdout)  # hidden_dim
-        medium = self.results["medium"][1]
-        self.assertRegex(medium, r"--hidden_dim: [^\n]*\n"
-                                 r"    \(default from --preset=medium: 650; an integer\)")
+                                 rf"    \(default from --preset=small: "
+                                 rf"{small.train.num_predicted}; an integer\)")
+        self.assertIn(f"default from --preset=small: {small.model.hidden_dim};", stdout)
+        self.assertIn(f"default from --preset=small: {small.data.dataset})", stdout)
+        medium_help = self.results["medium"][1]
+        self.assertRegex(medium_help, r"--hidden_dim: [^\n]*\n"
+                                      rf"    \(default from --preset=medium: "
+                                      rf"{medium.model.hidden_dim}; an integer\)")
 
     def test_version(self):
         code, stdout, _ = self.results["version"]
