@@ -47,13 +47,7 @@ from absl import app, flags
 from psmm_tf import configs
 from psmm_tf.data import evaluation_windows
 from psmm_tf.models.neural_cache import cache_grid_search
-from psmm_tf.training import (
-    checkpointing,
-    evaluation_report,
-    pointer_diagnostics,
-    reporting,
-    train_lib,
-)
+from psmm_tf.training import evaluation_report, reporting, train_lib
 from psmm_tf.training.evaluation import Evaluator
 
 FLAGS = flags.FLAGS
@@ -124,15 +118,12 @@ def _trained_row(suite, kind, data, out):
     row = {"valid_perplexity": results["best_valid_perplexity"],
            "test_perplexity": results.get("test_perplexity", math.nan),
            "epochs": results["epochs"], "train_seconds": results["train_seconds"]}
-    run = evaluation_report.load_trained_run(workdir)
+    if "pointer" in results:  # diagnostics on the validation split (train_lib.run)
+        row["pointer"] = results["pointer"]
     if suite == "wikitext":
+        run = evaluation_report.load_trained_run(workdir)
         row["second_half_perplexity"] = Evaluator(run.model).evaluate(
             _tuning_and_report_ids(suite, run.corpus)[1]).perplexity
-    if pointer_diagnostics.has_sentinel_pointer(run.model):
-        row["pointer"] = pointer_diagnostics.pointer_diagnostics(
-            run.model, run.corpus.ids["valid"],
-            initial_weights=pointer_diagnostics.load_initial_pointer_weights(
-                workdir / checkpointing.INITIAL_POINTER_FILE))
     return row
 
 
