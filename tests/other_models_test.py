@@ -45,7 +45,9 @@ class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLen(results, 6)
         self.assertAlmostEqual(results[(0.1, 0.0)], results[(0.5, 0.0)], places=3)
         self.assertTrue(all(np.isfinite(list(results.values()))))
-        self.assertEqual(best, min(results, key=results.get))
+        # On text built of repeated names the cache helps: the best pair mixes it in.
+        self.assertGreater(best[1], 0.0)
+        self.assertLess(results[best], results[(0.1, 0.0)])
 
 
 if __name__ == "__main__":

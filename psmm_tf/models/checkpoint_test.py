@@ -25,21 +25,46 @@ class CheckpointTest(testing.TestCase, parameterized.TestCase):
         model = _model(cls, softmax)
         text = self.rng.integers(0, 12, size=(2, 6)).astype("int32")
         model(text, targets=text, training=True)  # advances the RNG states
+        _perturb(model)
         path = tf.train.Checkpoint(model=model).save(self.get_temp_dir() + "/ckpt")
         saved = {name for name, _ in tf.train.list_variables(path)}
         self.assertEqual(len([n for n in saved if n.startswith("model/")]),
                          len(model.variables), sorted(saved))
-        clone = _model(cls, softmax)
-        tf.train.Checkpoint(model=clone).restore(path).assert_existing_objects_matched()
-        for original, restored in zip(model.variables, clone.variables):
-            self.assertAllEqual(original.numpy(), restored.numpy(), original.path)
+        self._assert_restores(model, _model(cls, softmax), path)
 
     def test_input_output_gate_checkpoint(self):
-        model = InputOutputGateLM(_model(PointerSentinelLM), embedding_dim=3, seed=1)
+        def build():
+            return InputOutputGateLM(_model(PointerSentinelLM), embedding_dim=3, seed=1)
+
+        model = build()
+        _perturb(model)
         path = tf.train.Checkpoint(model=model).save(self.get_temp_dir() + "/iog")
         saved = [n for n, _ in tf.train.list_variables(path) if n.startswith("model/")]
         self.assertEqual(len(saved), len(model.variables))
-        self.assertTrue(np.all([v.shape is not None for v in model.variables]))
+        self._assert_restores(model, build(), path)
+
+    def _assert_restores(self, model, clone, path):
+        """The clone starts elsewhere (the original was perturbed) and ends equal to it."""
+        floats = [i for i, v in enumerate(model.variables) if _is_float(v)]
+        self.assertTrue(any(
+            not np.array_equal(model.variables[i].numpy(), clone.variables[i].numpy())
+            for i in floats))
+        tf.train.Checkpoint(model=clone).restore(path).assert_existing_objects_matched()
+        for original, restored in zip(model.variables, clone.variables, strict=True):
+            self.assertAllEqual(original.numpy(), restored.numpy(), original.path)
+
+
+def _perturb(model):
+    """Moves every float variable away from its seeded initial value."""
+    rng = np.random.default_rng(0)
+    for variable in model.variables:
+        if _is_float(variable):
+            value = variable.numpy()
+            variable.assign(value + rng.normal(0, 0.1, value.shape).astype(value.dtype))
+
+
+def _is_float(variable):
+    return np.issubdtype(np.dtype(str(variable.dtype)), np.floating)
 
 
 if __name__ == "__main__":
