@@ -25,6 +25,7 @@ from psmm_tf.models.neural_cache import (
     cache_log_likelihoods,
     check_cache_parameters,
 )
+from psmm_tf.training.trained_run import load_trained_run
 
 # Grave et al.'s Figure 2 explores theta in [0, 1] and lambda in [0, 0.4] on PTB and WikiText-2;
 # their best values lie inside these grids (e.g. theta 0.3, lambda 0.1 to 0.2 for W = 100).
@@ -82,9 +83,6 @@ def cache_perplexities(model, ids, window, thetas, lambdas, batch_size=1, length
 
 def _run_and_ids(workdir, run, split, data_dir, max_tokens):
     if run is None:
-        # Imported here: evaluation_report imports this module for its `cache` option.
-        from psmm_tf.training.evaluation_report import load_trained_run
-
         run = load_trained_run(workdir, data_dir)
     if split not in run.corpus.ids:
         raise ValueError(f"The run's corpus has no {split!r} split (it has "

@@ -1,89 +1,22 @@
 """Evaluating a finished (or running) training run: perplexity, Figure 4, gate, attention page."""
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 
-import keras
 import numpy as np
 
-from psmm_tf.configs import ExperimentConfig
-from psmm_tf.data.vocabulary import Vocabulary
-from psmm_tf.models import build_model
 from psmm_tf.training import (
     analysis,
     cache_evaluation,
     checkpointing,
-    corpus_setup,
     pointer_diagnostics,
     visualisation,
 )
 from psmm_tf.training.evaluation import Evaluator
 
-
-class RunLoadError(ValueError):
-    """A run cannot be evaluated as asked: its vocabulary, corpus or split (nothing written)."""
-
-
-@dataclasses.dataclass
-class TrainedRun:
-    """A run's config, corpus and model, loaded from its workdir."""
-
-    config: ExperimentConfig
-    corpus: corpus_setup.Corpus
-    model: keras.Model
-    source: str
-
-
-def load_trained_run(workdir, data_dir=None):
-    """Loads `workdir/model.keras` (or, before the first epoch ends, the latest checkpoint).
-
-    Args:
-        workdir: str or path. A training run's directory (see `checkpointing`).
-        data_dir: optional str. Where the corpus files are now, if not where the run read them.
-
-    Returns:
-        A `TrainedRun`.
-
-    Raises:
-        RunLoadError: `vocab.txt` is not the run's (its `vocab.sha256`), `data_dir` is given for
-            a synthetic run (whose corpus is regenerated in the workdir, never in a data
-            folder), or the corpus cannot be read.
-    """
-    workdir = Path(workdir)
-    config = ExperimentConfig.from_json((workdir / checkpointing.CONFIG_FILE).read_text())
-    if data_dir is not None:
-        if config.data.dataset == "synthetic":
-            raise RunLoadError(
-                f"data_dir={data_dir}: the run in {workdir} trained on the synthetic corpus, "
-                "which is regenerated in its workdir; a data folder is neither read nor "
-                "written for it.")
-        config = config.replace(data={"data_dir": str(data_dir)})
-    vocab_path = workdir / checkpointing.VOCAB_FILE
-    try:
-        checkpointing.check_vocabulary(vocab_path, workdir)
-    except ValueError as err:
-        raise RunLoadError(str(err)) from None
-    vocabulary = Vocabulary.load(vocab_path)
-    try:
-        corpus = corpus_setup.load_corpus(config.data, scratch_dir=workdir / "synthetic_data",
-                                          vocabulary=vocabulary)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as err:
-        raise RunLoadError(f"Corpus of {workdir} (dataset={config.data.dataset!r}, data_dir="
-                           f"{config.data.data_dir}): {err}") from None
-    model_path = workdir / checkpointing.MODEL_FILE
-    if model_path.is_file():
-        model, source = keras.saving.load_model(model_path), str(model_path)
-    else:
-        model = build_model(config.model)
-        model.set_vocabulary(vocabulary.tokens)
-        source = checkpointing.restore_model_weights(
-            model, str(workdir / checkpointing.CHECKPOINT_DIR))
-        if source is None:
-            raise FileNotFoundError(f"{workdir} holds neither {checkpointing.MODEL_FILE} nor a "
-                                    "checkpoint: no trained model to evaluate.")
-    return TrainedRun(config=config, corpus=corpus, model=model, source=source)
+# Loading a run lives in `trained_run`; these names stay importable from here.
+from psmm_tf.training.trained_run import RunLoadError, TrainedRun, load_trained_run  # noqa: F401
 
 
 def model_label(model_config):
