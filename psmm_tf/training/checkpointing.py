@@ -224,6 +224,20 @@ def write_vocabulary_hash(workdir):
     (workdir / VOCAB_HASH_FILE).write_text(f"{digest}  {VOCAB_FILE}\n")
 
 
+def load_run_vocabulary(run_dir, error=ValueError):
+    """The `vocab.txt` of the run in `run_dir`, checked against its `vocab.sha256`.
+
+    Raises:
+        `error` (a ValueError subclass, e.g. the caller's own): the vocabulary is not the run's.
+    """
+    vocab_path = Path(run_dir) / VOCAB_FILE
+    try:
+        check_vocabulary(vocab_path, run_dir)
+    except ValueError as err:
+        raise error(str(err)) from None
+    return Vocabulary.load(vocab_path)
+
+
 def check_vocabulary(vocab_path, run_dir):
     """Raises ValueError when `vocab_path` is not the vocabulary the run in `run_dir` trained on.
 

@@ -88,11 +88,7 @@ def prepare_workdir(config, workdir, strategy):
     vocab_path = workdir / checkpointing.VOCAB_FILE
     stored = ExperimentConfig.from_json(config_path.read_text()) if config_path.is_file() else None
     if vocab_path.is_file():
-        try:
-            checkpointing.check_vocabulary(vocab_path, workdir)
-        except ValueError as err:
-            raise RunRefusedError(str(err)) from None
-        vocabulary = Vocabulary.load(vocab_path)
+        vocabulary = checkpointing.load_run_vocabulary(workdir, error=RunRefusedError)
     else:
         vocabulary = _base_vocabulary(config)
     scratch = workdir / "synthetic_data"

@@ -20,7 +20,6 @@ the LSTM's is larger still, so under one joint norm a step either starves the qu
 import tensorflow as tf
 
 from psmm_tf.layers import pointer_loss
-from psmm_tf.losses import PointerSentinelLoss
 from psmm_tf.training import distribution
 
 METRIC_KEYS = ("loss", "nll", "pointer_loss", "gate", "weight")
@@ -40,18 +39,18 @@ def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None)
         `(clipped, norm)`: the clipped list and the global norm of all of `grads` before
         clipping.
     """
-    norm = tf.linalg.global_norm(grads)
     if pointer_clip_norm is None or not pointer_indices:
-        clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
-        return clipped, norm
+        return tf.clip_by_global_norm(grads, clip_norm)
     pointer = set(pointer_indices)
     rest = [i for i in range(len(grads)) if i not in pointer]
-    clipped = list(grads)
+    clipped, squares = list(grads), []
     for group, limit in ((rest, clip_norm), (sorted(pointer), pointer_clip_norm)):
-        for i, g in zip(group, tf.clip_by_global_norm([grads[i] for i in group], limit)[0],
-                        strict=True):
+        group_norm = tf.linalg.global_norm([grads[i] for i in group])
+        squares.append(tf.square(group_norm))
+        values, _ = tf.clip_by_global_norm([grads[i] for i in group], limit, use_norm=group_norm)
+        for i, g in zip(group, values, strict=True):
             clipped[i] = g
-    return clipped, norm
+    return clipped, tf.sqrt(tf.add_n(squares))
 
 
 def pointer_variable_indices(model):
@@ -76,15 +75,16 @@ def per_target_losses(model, outputs, targets, pointer_weight=1.0):
         pointer_part` is the mixture's negative log-likelihood; `pointer_part` is 0 and `gate` 1
         for models without a pointer.
     """
-    if "attention" in outputs:
-        # Eq. 9: the mixture NLL plus the pointer's own supervision term.
-        objective = PointerSentinelLoss(reduction="none", pointer_weight=pointer_weight)(
-            targets, outputs)
-        pointer_part = pointer_weight * pointer_loss(outputs["attention"], outputs["gate"],
-                                                     outputs["key_ids"], targets)
-        return objective, pointer_part, tf.cast(outputs["gate"], tf.float32)
-    objective = -model.log_prob(outputs, targets)
-    return objective, tf.zeros_like(objective), tf.ones_like(objective)
+    nll = -model.log_prob(outputs, targets)  # the mixture's, once (eq. 3)
+    if "attention" not in outputs:
+        return nll, tf.zeros_like(nll), tf.ones_like(nll)
+    gate = tf.cast(outputs["gate"], tf.float32)
+    if pointer_weight == 0.0:
+        return nll, tf.zeros_like(nll), gate
+    # Eq. 9: the mixture NLL plus the pointer's own supervision term (`PointerSentinelLoss`).
+    pointer_part = pointer_weight * pointer_loss(outputs["attention"], outputs["gate"],
+                                                 outputs["key_ids"], targets)
+    return nll + pointer_part, pointer_part, gate
 
 
 class TrainStep:

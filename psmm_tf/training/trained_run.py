@@ -10,7 +10,6 @@ from pathlib import Path
 import keras
 
 from psmm_tf.configs import ExperimentConfig
-from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.models import build_model
 from psmm_tf.training import checkpointing, corpus_setup
 
@@ -53,12 +52,7 @@ def load_trained_run(workdir, data_dir=None):
                 "which is regenerated in its workdir; a data folder is neither read nor "
                 "written for it.")
         config = config.replace(data={"data_dir": str(data_dir)})
-    vocab_path = workdir / checkpointing.VOCAB_FILE
-    try:
-        checkpointing.check_vocabulary(vocab_path, workdir)
-    except ValueError as err:
-        raise RunLoadError(str(err)) from None
-    vocabulary = Vocabulary.load(vocab_path)
+    vocabulary = checkpointing.load_run_vocabulary(workdir, error=RunLoadError)
     try:
         corpus = corpus_setup.load_corpus(config.data, scratch_dir=workdir / "synthetic_data",
                                           vocabulary=vocabulary)
