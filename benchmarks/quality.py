@@ -75,6 +75,9 @@ flags.DEFINE_bool("redo_rows", False, "Recompute rows already in quality.json (b
                   "they are kept: a row is written only once complete).")
 flags.DEFINE_enum("preset", "small", sorted(configs.PRESETS), "Model and training preset.")
 flags.DEFINE_integer("seed", 0, "Seed shared by all runs.")
+flags.DEFINE_integer("window_size", None, "The pointer's window L of every row (default: the "
+                     "preset's); the caches follow it unless --cache_window is given.",
+                     lower_bound=1)
 
 TARGETS = {"ptb": 0.90, "wikitext": 0.80}
 TRAINED_KINDS = ("lstm", "psmm", "pointer_softmax")
@@ -89,6 +92,8 @@ def _shared_data():
 
 def _config(suite, data, kind="psmm"):
     base = configs.get_preset(FLAGS.preset)
+    if FLAGS.window_size:
+        base = base.replace(model={"window_size": FLAGS.window_size})
     if FLAGS.converge:  # The paper's schedule (section 5.2): each run stops on its own.
         train = {"seed": FLAGS.seed, "steps_per_epoch": FLAGS.steps_per_epoch,
                  "max_epochs": 64, "patience": 3}
