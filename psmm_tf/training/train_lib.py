@@ -268,3 +268,15 @@ def _remove_new_entries(workdir, before):
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def format_results(results):
+    """The lines psmm-train prints for `run`'s results: perplexities, pointer diagnostics."""
+    lines = [f"best valid perplexity {results['best_valid_perplexity']:.2f}"
+             + (f", test perplexity {results['test_perplexity']:.2f}"
+                if "test_perplexity" in results else "")]
+    if "pointer" in results:
+        lines.append("pointer diagnostics (valid):")
+        lines += [f"  {line}"
+                  for line in pointer_diagnostics.format_pointer_diagnostics(results["pointer"])]
+    return "\n".join(lines)
