@@ -111,9 +111,16 @@ def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] =
         if builder.is_prepared() and _recorded_source(builder) == source:
             return builder
     check_readable(files)
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=str(data_dir))
-    )
+    try:
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=str(data_dir))
+        )
+    except OSError:
+        # Another process (a worker of the same run) may have prepared the same files first:
+        # TFDS then fails to move its own copy into place. Read theirs.
+        builder = builder_class(data_dir=str(builder.data_path.parent.parent))
+        if not (builder.is_prepared() and _recorded_source(builder) == source):
+            raise
     return builder
 
 

@@ -61,6 +61,21 @@ class TfdsCorpusTest(testing.TestCase):
         self.assertEqual(snapshot(self.tfds_dir), prepared)  # Not one file rewritten.
         self.assertEqual(snapshot(self.data), before)  # The user's folder is only read.
 
+    def test_a_dataset_prepared_meanwhile_by_another_process_is_read(self):
+        prepare = tfds_builders.PlainText.download_and_prepare
+
+        def prepared_by_another_worker_first(builder, **kwargs):
+            prepare(builder, **kwargs)
+            raise OSError(f"[Errno 39] Directory not empty: {builder.data_path}")
+
+        with mock.patch.object(tfds_builders.PlainText, "download_and_prepare",
+                               prepared_by_another_worker_first):
+            self.assertEqual(self.load(), corpus.load_splits(self.data, "text"))
+        with mock.patch.object(tfds_builders.PlainText, "download_and_prepare",
+                               side_effect=OSError("disk full")):
+            with self.assertRaisesRegex(OSError, "disk full"):  # Nothing prepared there.
+                tfds_corpus.load_splits("text", self.data, str(self.tfds_dir / "other"))
+
     def test_other_files_are_prepared_beside_never_read_stale(self):
         first = self.load()
         other = self.data.parent / "other_text"
