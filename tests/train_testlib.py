@@ -3,9 +3,15 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from psmm_tf import configs
+# The real corpora are prepared as TFDS datasets in TFDS's default data dir: in the tests (and the
+# trainers they start, which inherit it), a temporary one rather than ~/tensorflow_datasets. Set
+# before psmm_tf imports TFDS, which reads it once.
+os.environ.setdefault("TFDS_DATA_DIR", tempfile.mkdtemp(prefix="psmm_tests_tfds_"))
+
+from psmm_tf import configs  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

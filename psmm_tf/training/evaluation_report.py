@@ -28,7 +28,7 @@ def model_label(model_config):
 def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
                       max_tokens=None, batch_size=1, length=None, num_buckets=10,
                       bucket_by="types", positions=None, num_examples=8, cache=None,
-                      model_source="best"):
+                      model_source="best", tfds_data_dir=None):
     """Evaluates a run on a split and writes the report files into `output_dir`.
 
     Files: `metrics.json` (perplexity, gate statistics, for a sentinel pointer its diagnostics
@@ -51,6 +51,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             split; the result goes under `neural_cache` (see `cache_evaluation.cache_metrics`).
         model_source: "best" (`model.keras`) or "latest" (the newest checkpoint), for the run
             and the baseline; named in the metrics (`model_source`, `model_path`).
+        tfds_data_dir: optional str. Where the corpus is prepared as a TFDS dataset, if not
+            where the run's config says.
 
     Returns:
         dict: the contents of `metrics.json`.
@@ -59,7 +61,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     if output_dir.exists() and not output_dir.is_dir():
         raise RunLoadError(f"output_dir={output_dir} is a file; expected a folder for the "
                            "report (or a path that does not exist yet).")
-    run = load_trained_run(workdir, data_dir, model_source)
+    run = load_trained_run(workdir, data_dir, model_source, tfds_data_dir)
     if split not in run.corpus.ids:
         raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
                            f"has {sorted(run.corpus.ids)}).")
@@ -98,7 +100,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         "gate": analysis.gate_statistics(result.gate, targets, in_window, bucket_of, num_buckets),
     }
     if baseline_workdir is not None:
-        baseline = load_trained_run(baseline_workdir, data_dir, model_source)
+        baseline = load_trained_run(baseline_workdir, data_dir, model_source, tfds_data_dir)
         if baseline.corpus.vocabulary != run.corpus.vocabulary:
             raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
                                f"than {workdir}; the frequency comparison needs the same one.")

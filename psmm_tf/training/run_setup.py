@@ -28,10 +28,11 @@ class RunRefusedError(ValueError):
 class WorkdirLockedError(RunRefusedError):
     """Another run holds the workdir's lock file."""
 
-# Fields a resumed run may change: they affect how long or how fast it runs, not what it learns.
+# Fields a resumed run may change: they affect how long or how fast it runs, or where its corpus
+# is prepared (TFDS), not what it learns.
 RESUMABLE_CHANGES = frozenset({
     "train.max_epochs", "train.jit_compile", "train.checkpoint_every_steps",
-    "train.keep_checkpoints",
+    "train.keep_checkpoints", "data.tfds_data_dir",
 })
 
 
