@@ -13,7 +13,8 @@ import unittest
 from psmm_tf import __version__, configs
 
 TRAIN_FLAGS = (
-    "workdir", "preset", "dataset", "data_dir", "train_split", "valid_split", "test_split",
+    "workdir", "preset", "dataset", "data_dir", "tfds_data_dir", "train_split", "valid_split",
+    "test_split",
     "min_count", "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim", "softmax",
     "num_sampled", "hidden_dim", "num_layers", "window_size", "num_predicted", "bptt",
     "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",

@@ -45,6 +45,9 @@ CONFIG_FLAGS = (
        "wikitext2, wikitext103, or text (a folder with train.txt, valid.txt, test.txt)."),
     _F("data_dir", ("data.data_dir",), "Folder of the corpus files (required for real corpora, "
        "with --dataset naming their layout; read only, never written)."),
+    _F("tfds_data_dir", ("data.tfds_data_dir",), "Where --dataset=ptb|wikitext2|wikitext103|text "
+       "is prepared as a TFDS dataset (once, then read from there); default: TFDS's, "
+       "~/tensorflow_datasets or $TFDS_DATA_DIR. --data_dir is only read."),
     _F("train_split", ("data.train_split",),
        "Corpus file used for training (e.g. valid where a training file is absent)."),
     _F("valid_split", ("data.valid_split",),
@@ -115,7 +118,8 @@ CONFIG_FLAGS = (
 BY_NAME = {flag.name: flag for flag in CONFIG_FLAGS}
 OVERRIDE_FLAG = "override"
 # What a preset's None means, where the flag's help does not say it.
-_UNSET = {"context_length": "unset (window_size - 1)", "steps_per_epoch": "unset (whole epochs)",
+_UNSET = {"tfds_data_dir": "unset (TFDS's default)",
+          "context_length": "unset (window_size - 1)", "steps_per_epoch": "unset (whole epochs)",
           "max_eval_tokens": "unset (whole splits)", "max_vocab_size": "unset (no limit)"}
 # Fields whose values are fixed sets (the flag is an enum of them).
 _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS,
@@ -253,11 +257,13 @@ def check_combination(config, flag_values):
         raise ValueError(f"--data_dir={f['data_dir'].value} is refused: {reason}. Nothing is "
                          "written into a --data_dir.")
     if data.dataset == "synthetic":
-        ignored = [f"--{n}" for n in ("min_count", "max_vocab_size") if f[n].present]
+        ignored = [f"--{n}" for n in ("min_count", "max_vocab_size", "tfds_data_dir")
+                   if f[n].present]
         if ignored:
             raise ValueError(
-                f"{', '.join(ignored)} cannot be used with --dataset=synthetic, whose vocabulary "
-                "is the generator's (all its words); they apply to the real corpora.")
+                f"{', '.join(ignored)} cannot be used with --dataset=synthetic, which is "
+                "generated into the workdir with the generator's vocabulary (all its words); "
+                "they apply to the real corpora.")
     elif f["synthetic_train_tokens"].present:
         raise ValueError(f"--synthetic_train_tokens is only used with --dataset=synthetic, "
                          f"not --dataset={data.dataset}.")

@@ -63,6 +63,16 @@ class FlagsToConfigTest(tf.test.TestCase):
             config = _parse("--workdir=/tmp/w", "--override=data.synthetic_seed=3")
         self.assertEqual(config.data.synthetic_seed, 3)
 
+    def test_tfds_data_dir_is_a_real_corpus_flag(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--dataset=ptb", "--data_dir=/data/ptb",
+                            "--tfds_data_dir=/tmp/tfds")
+        self.assertEqual((config.data.data_dir, config.data.tfds_data_dir),
+                         ("/data/ptb", "/tmp/tfds"))
+        with flagsaver.flagsaver(), self.assertRaisesRegex(
+                app.UsageError, r"--tfds_data_dir cannot be used with --dataset=synthetic"):
+            _parse("--workdir=/tmp/w", "--dataset=synthetic", "--tfds_data_dir=/tmp/tfds")
+
     def test_bad_overrides_name_the_override(self):
         cases = [
             ("train.nope=1", r"--override=train.nope=1: expected section.field=value"),
