@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from psmm_tf import testing as psmm_testing
 from psmm_tf.data import Vocabulary
+from psmm_tf.evaluation import CacheSettings, NeuralCache
 from psmm_tf.export import (
     CACHE_STATE_NAMES,
     STATE_NAMES,
@@ -22,13 +23,11 @@ from psmm_tf.export import (
     testing,
     warmup,
 )
-from psmm_tf.export.cache import CacheSettings
 from psmm_tf.export.clients import LocalClient
 from psmm_tf.export.export_saved_model_test import run_main
 from psmm_tf.export.servability_test import servability_problems
 from psmm_tf.export.serving_module import ServingModule
 from psmm_tf.export.tokenization import reference_tokens
-from psmm_tf.models import NeuralCache
 
 WINDOW, THETA, LAMBDA = 12, 1.5, 0.3  # a cache window longer than the pointer's (8)
 SIGNATURES = ("serving_default", "score", "score_text_stream", "score_stream", "predict_next",

@@ -10,12 +10,13 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.data import Vocabulary
+from psmm_tf.evaluation import NeuralCache
 from psmm_tf.export import STATE_NAMES, export_saved_model, testing
 from psmm_tf.export.export_saved_model_test import run_main
 from psmm_tf.export.servability_test import servability_problems
 from psmm_tf.export.serving_module import ServingModule
 from psmm_tf.export.tokenization import reference_tokens
-from psmm_tf.models import InputOutputGateLM, NeuralCache
+from psmm_tf.models import InputOutputGateLM
 
 TEXTS = ["the cat sat on the mat", "a dog ran\nto the house and the cat",
          "the big red tree saw his dog"]

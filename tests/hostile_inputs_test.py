@@ -22,18 +22,12 @@ from train_testlib import REPO_ROOT, run_script, tiny_config
 
 from psmm_tf import configs
 from psmm_tf import workdir as run_files
+from psmm_tf.data import corpus_setup
+from psmm_tf.evaluation import NeuralCache, report, trained_run
 from psmm_tf.export import score, testing
 from psmm_tf.export.clients import LocalClient, RestClient, ServingError
 from psmm_tf.export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
-from psmm_tf.models import NeuralCache
-from psmm_tf.training import (
-    checkpointing,
-    corpus_setup,
-    evaluation_report,
-    reporting,
-    run_setup,
-    train_lib,
-)
+from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 
 
 def snapshot(directory):
@@ -111,9 +105,9 @@ class DataDirTest(_TrainedRunTestCase):
         (data / "train.txt.gz").unlink()  # the case that made the generator write there
         run = self.copy_run("eval_run")
         before, run_before = snapshot(data), snapshot(run)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"data_dir=.*user_corpus3: the run .* synthetic corpus"):
-            evaluation_report.load_trained_run(run, data_dir=data)
+            trained_run.load_trained_run(run, data_dir=data)
         done = run_script("trainers/evaluate.py", [f"--workdir={run}", f"--data_dir={data}"])
         self.assertNotEqual(done.returncode, 0)
         self.assertRegex(done.stderr, r"FATAL data_dir=.*user_corpus3")
@@ -305,16 +299,16 @@ class EvaluateSplitTest(_TrainedRunTestCase):
         train_lib.run(tiny_config(steps_per_epoch=2).replace(
             data={"dataset": "text", "data_dir": str(data)}), workdir, verbose=0)
         before = snapshot(workdir)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"split='test': the corpus of .*text_run has no file for it "
                                     r"\(it has \['train', 'valid'\]\)"):
-            evaluation_report.evaluation_report(workdir, workdir / "evaluation_test", "test")
+            report.evaluation_report(workdir, workdir / "evaluation_test", "test")
         self.assertEqual(snapshot(workdir), before)  # no evaluation_test/ either
         run = self.copy_run("eval_with_baseline")
         run_before = snapshot(run)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"baseline_workdir=.*text_run has another vocabulary"):
-            evaluation_report.evaluation_report(run, root / "report", "valid", max_tokens=50,
+            report.evaluation_report(run, root / "report", "valid", max_tokens=50,
                                                 baseline_workdir=workdir)
         self.assertEqual(snapshot(run), run_before)
         self.assertEqual(snapshot(workdir), before)
@@ -329,8 +323,8 @@ class VocabularyTest(_TrainedRunTestCase):
         vocab.write_text("".join(t + "\n" for t in tokens))
         before = snapshot(workdir)
         message = r"Vocabulary .*permuted/vocab.txt is not the one the model of .* trained with"
-        with self.assertRaisesRegex(evaluation_report.RunLoadError, message):
-            evaluation_report.load_trained_run(workdir)
+        with self.assertRaisesRegex(trained_run.RunLoadError, message):
+            trained_run.load_trained_run(workdir)
         with self.assertRaisesRegex(run_setup.RunRefusedError, message):
             train_lib.run(tiny_config(), workdir, verbose=0)
         self.assertEqual(snapshot(workdir), before)
@@ -670,9 +664,9 @@ class WorkdirSweepTest(_TrainedRunTestCase):
                                     r"kind_preset/config.json is not a training run's config "
                                     r"\(JSONDecodeError"):
             train_lib.run(tiny_config(), workdir, verbose=0)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"kind_preset/config.json is not a training run's config"):
-            evaluation_report.load_trained_run(workdir)
+            trained_run.load_trained_run(workdir)
         code, _, stderr = testing.run_export_main([f"--workdir={workdir}",
                                                    f"--export_base={workdir}_exports"])
         self.assertEqual(code, 1)
@@ -691,7 +685,8 @@ class WorkdirSweepTest(_TrainedRunTestCase):
         before = snapshot(root)
         code = (
             "import sys\n"
-            "from psmm_tf.training import evaluation_report, run_setup, train_lib\n"
+            "from psmm_tf.evaluation import report, trained_run\n"
+            "from psmm_tf.training import run_setup, train_lib\n"
             "from train_testlib import tiny_config\n"
             "from psmm_tf.export import testing\n"
             f"root = {str(root)!r}\n"
@@ -701,9 +696,9 @@ class WorkdirSweepTest(_TrainedRunTestCase):
             "    except run_setup.RunRefusedError as err:\n"
             "        print('TRAIN', err)\n"
             "try:\n"
-            "    evaluation_report.evaluation_report(root + '/run', root + '/run/report', 'valid',"
+            "    report.evaluation_report(root + '/run', root + '/run/report', 'valid',"
             " max_tokens=50)\n"
-            "except evaluation_report.RunLoadError as err:\n"
+            "except trained_run.RunLoadError as err:\n"
             "    print('EVALUATE', err)\n"
             "code, _, stderr = testing.run_export_main(['--workdir=' + root + '/run',"
             " '--export_base=' + root + '/exports'])\n"
@@ -787,8 +782,8 @@ class EvaluateSweepTest(_TrainedRunTestCase):
             with self.subTest(run=run.name, options=options):
                 before = snapshot(run)
                 output_dir = options.pop("output_dir", run / "report")
-                with self.assertRaisesRegex(evaluation_report.RunLoadError, message):
-                    evaluation_report.evaluation_report(run, output_dir, "valid", max_tokens=50,
+                with self.assertRaisesRegex(trained_run.RunLoadError, message):
+                    report.evaluation_report(run, output_dir, "valid", max_tokens=50,
                                                         **options)
                 self.assertEqual(snapshot(run), before)
         self.assertEqual(a_file.read_text(), "mine\n")

@@ -93,7 +93,7 @@ class StructureTest(unittest.TestCase):
     def test_the_graph_is_read(self):
         modules = library_modules()
         graph = {name: imported_modules(name, path, modules) for name, path in modules.items()}
-        self.assertIn("psmm_tf.workdir", graph["psmm_tf.training.trained_run"])
+        self.assertIn("psmm_tf.workdir", graph["psmm_tf.evaluation.trained_run"])
         self.assertIn("psmm_tf.export.export_lib", graph["psmm_tf.export.export_saved_model"])
         self.assertEqual(find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}), ["a", "b", "c", "a"])
         self.assertIsNone(find_cycle({"a": {"b"}, "b": set()}))

@@ -149,7 +149,7 @@ def _main(argv):
             sys.exit(f"FATAL Flags error: --workdir={workdir} has no {needed}; expected the "
                      "folder of a training run.")
     positions = _positions()
-    from psmm_tf.training import analysis, cache_evaluation, evaluation_report
+    from psmm_tf.evaluation import analysis, neural_cache, report, trained_run
 
     if FLAGS.baseline_workdir is not None:
         try:  # before any work: the comparison ends with the Figure 4 chart
@@ -157,22 +157,22 @@ def _main(argv):
         except ImportError as err:
             sys.exit(f"FATAL --baseline_workdir: {err}")
 
-    cache = None if cache_options is None else cache_evaluation.CacheSettings(**cache_options)
+    cache = None if cache_options is None else neural_cache.CacheSettings(**cache_options)
     output_dir = FLAGS.output_dir or run_files.evaluation_dir(workdir, FLAGS.split)
     try:
-        metrics = evaluation_report.evaluation_report(
+        metrics = report.evaluation_report(
             workdir, output_dir, split=FLAGS.split, baseline_workdir=FLAGS.baseline_workdir,
             data_dir=FLAGS.data_dir, max_tokens=FLAGS.max_tokens, batch_size=FLAGS.batch_size,
             length=FLAGS.length, num_buckets=FLAGS.num_buckets, bucket_by=FLAGS.bucket_by,
             positions=positions, num_examples=FLAGS.num_examples, cache=cache,
             model_source=FLAGS.model_source)
-    except evaluation_report.RunLoadError as err:
+    except trained_run.RunLoadError as err:
         sys.exit(f"FATAL {err}")  # names the file, split or --data_dir; nothing written
     print(f"model: {run_files.describe_model_source(FLAGS.model_source, metrics['model_path'])}")
     print(f"{metrics['model']} {FLAGS.split} perplexity {metrics['perplexity']:.2f} "
           f"({metrics['num_targets']} targets), mean gate {metrics['gate']['mean']:.3f}")
     if "pointer" in metrics:
-        from psmm_tf.training import pointer_diagnostics
+        from psmm_tf.evaluation import pointer_diagnostics
 
         print("pointer diagnostics:")
         for line in pointer_diagnostics.format_pointer_diagnostics(metrics["pointer"]):
@@ -182,7 +182,7 @@ def _main(argv):
               f"{metrics['perplexity'] / metrics['baseline_perplexity']:.3f}")
         print((Path(output_dir) / "frequency_buckets.md").read_text())
     if "neural_cache" in metrics:
-        print(cache_evaluation.format_cache_metrics(metrics["neural_cache"]))
+        print(neural_cache.format_cache_metrics(metrics["neural_cache"]))
     print(f"report written to {output_dir}")
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import tensorflow as tf
 
 from psmm_tf import configs
+from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.evaluation.trained_run import load_trained_run
 from psmm_tf.training import train_lib
-from psmm_tf.training.evaluation import Evaluator
-from psmm_tf.training.evaluation_report import load_trained_run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -310,7 +310,7 @@ def _main(argv):
               + (f", test perplexity {results['test_perplexity']:.2f}"
                  if "test_perplexity" in results else ""), flush=True)
         if "pointer" in results:
-            from psmm_tf.training import pointer_diagnostics
+            from psmm_tf.evaluation import pointer_diagnostics
 
             print("pointer diagnostics (valid):")
             for line in pointer_diagnostics.format_pointer_diagnostics(results["pointer"]):
