@@ -4,7 +4,8 @@
 - `neural_cache`: `NeuralCache`, `CacheSettings` + `check_cache_settings` (the one settings type
   and validation, also psmm-export's), `cache_grid_search` (the one grid search), `cache_metrics`;
 - `trained_run`: `load_trained_run`, a run's config, corpus and model from its workdir;
-- `report`: `evaluation_report` and `run_evaluation` (psmm-evaluate's library function);
+- `report`: `evaluation_report`, the files of a run's report; `evaluate_lib`: psmm-evaluate's
+  options and `run_evaluation`;
 - `analysis`, `figures`, `pointer_diagnostics`: Figure 4, the attention page (Figures 5-12),
   the pointer's diagnostics.
 
