@@ -16,10 +16,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The source folders and the package names they are installed as (setup.py's package_dir).
 PACKAGES = {"psmm_tf": REPO_ROOT / "psmm_tf", "psmm_tf.trainers": REPO_ROOT / "trainers",
             "psmm_tf.export": REPO_ROOT / "export"}
-ENTRY_POINTS = ("export/export_saved_model.py", "trainers/evaluate.py")
+ENTRY_POINTS = ("export/export_saved_model.py", "trainers/evaluate.py", "export/score.py")
 # Not thin yet (issue 13 goes on): flags re-declared and mapped by hand. Listed so that this
 # test notices when they become thin and must move to ENTRY_POINTS.
-NOT_YET_THIN = ("trainers/train.py", "export/score.py")
+NOT_YET_THIN = ("trainers/train.py",)
 MAX_ENTRY_POINT_LINES = 120
 
 
