@@ -104,6 +104,24 @@ class StructureTest(unittest.TestCase):
         cycle = find_cycle(graph)
         self.assertIsNone(cycle, f"import cycle: {' -> '.join(cycle or [])}")
 
+    def test_layers_come_before_their_users(self):
+        # Training uses evaluation (the Evaluator), never the reverse; the core (layers,
+        # losses, models, data) uses neither.
+        modules = library_modules()
+        below = {"psmm_tf.evaluation": ("psmm_tf.training",),
+                 "psmm_tf.data": ("psmm_tf.training", "psmm_tf.evaluation"),
+                 "psmm_tf.models": ("psmm_tf.training", "psmm_tf.evaluation"),
+                 "psmm_tf.layers": ("psmm_tf.training", "psmm_tf.evaluation"),
+                 "psmm_tf.losses": ("psmm_tf.training", "psmm_tf.evaluation")}
+        self.assertIn("psmm_tf.evaluation.evaluator",
+                      imported_modules("psmm_tf.training.train_lib",
+                                       modules["psmm_tf.training.train_lib"], modules))
+        for name, path in modules.items():
+            forbidden = next((v for k, v in below.items() if name.startswith(k)), ())
+            for target in imported_modules(name, path, modules):
+                with self.subTest(module=name, imports=target):
+                    self.assertFalse(target.startswith(forbidden), f"{name} imports {target}")
+
     def test_entry_points_are_thin(self):
         for entry_point in ENTRY_POINTS:
             with self.subTest(entry_point=entry_point):
