@@ -24,8 +24,6 @@ from psmm_tf.export import (
     warmup,
 )
 from psmm_tf.export.clients import LocalClient
-from psmm_tf.export.export_saved_model_test import run_main
-from psmm_tf.export.servability_test import servability_problems
 from psmm_tf.export.serving_module import ServingModule
 from psmm_tf.export.tokenization import reference_tokens
 
@@ -75,7 +73,7 @@ class CacheExportTest(psmm_testing.TestCase):
         cls.model, _ = testing.tiny_model(seed=7)
         cls.model.save(os.path.join(cls.tmp, "model.keras"))
         cls.base = os.path.join(cls.tmp, "base")
-        cls.stdout = run_main([
+        cls.stdout = testing.run_main([
             f"--keras_model={cls.tmp}/model.keras", f"--vocab={cls.vocab_file}",
             f"--export_base={cls.base}", f"--cache_window={WINDOW}", f"--cache_theta={THETA}",
             f"--cache_lambda={LAMBDA}"])
@@ -114,7 +112,7 @@ class CacheExportTest(psmm_testing.TestCase):
 
     def test_layout_and_recorded_settings(self):
         self.assertIn("assets.extra/neural_cache.json", testing.file_listing(self.export_dir))
-        self.assertEqual(servability_problems(self.export_dir), [])
+        self.assertEqual(testing.servability_problems(self.export_dir), [])
         with open(os.path.join(self.export_dir, "assets.extra", "neural_cache.json")) as f:
             settings = json.load(f)
         self.assertEqual((settings["window"], settings["theta"], settings["lambda"]),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-from train_testlib import REPO_ROOT, run_script, tiny_config
+from train_testlib import tiny_config
 
 from psmm_tf import configs
 from psmm_tf import workdir as run_files
@@ -27,6 +27,7 @@ from psmm_tf.evaluation import NeuralCache, report, trained_run
 from psmm_tf.export import score, testing
 from psmm_tf.export.clients import LocalClient, RestClient, ServingError
 from psmm_tf.export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
+from psmm_tf.testing import REPO_ROOT, child_env, run_script
 from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 
 
@@ -211,7 +212,7 @@ class WorkdirLockTest(_TrainedRunTestCase):
         code = ("import sys, time\nfrom psmm_tf.training import run_setup\n"
                 f"with run_setup.workdir_lock({str(workdir)!r}):\n"
                 "    print('locked', flush=True)\n    time.sleep(120)\n")
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+        env = child_env()
         holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True, env=env)
         try:
@@ -704,8 +705,7 @@ class WorkdirSweepTest(_TrainedRunTestCase):
             " '--export_base=' + root + '/exports'])\n"
             "print('EXPORT', code, stderr.strip().splitlines()[-1])\n"
         )
-        env = dict(os.environ, PYTHONPATH=f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'tests'}",
-                   TF_CPP_MIN_LOG_LEVEL="3")
+        env = child_env(paths=[REPO_ROOT / "tests"])
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               env=env, preexec_fn=_drop_file_permission_override, timeout=240)
         try:

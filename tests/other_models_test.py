@@ -6,11 +6,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+from train_testlib import tiny_config
 
 from psmm_tf.data import Vocabulary, evaluation_windows, load_splits
 from psmm_tf.evaluation import cache_grid_search
 from psmm_tf.training import train_lib
-from tests.train_testlib import tiny_config
 
 
 class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
