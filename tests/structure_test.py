@@ -133,6 +133,21 @@ class StructureTest(unittest.TestCase):
                 self.assertGreaterEqual(lines, MAX_ENTRY_POINT_LINES, "now thin: move it to "
                                         "ENTRY_POINTS")
 
+    def test_tests_share_helpers_through_testing_modules_only(self):
+        # Helpers live in psmm_tf/testing.py, export/testing.py or tests/train_testlib.py.
+        folders = [*PACKAGES.values(), REPO_ROOT / "tests"]
+        for path in sorted(p for folder in folders for p in folder.rglob("*_test.py")
+                           if ".venv" not in p.parts):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                # `import a.b_test`, `from a.b_test import f` and `from a import b_test`.
+                names = [alias.name for alias in node.names] + [getattr(node, "module", None)
+                                                                or ""]
+                for name in names:
+                    with self.subTest(test=str(path.relative_to(REPO_ROOT)), imports=name):
+                        self.assertFalse(name.endswith("_test"), f"{path} imports {name}")
+
     def test_run_file_names_are_spelled_in_workdir_only(self):
         names = {run_files.CONFIG_FILE, run_files.VOCAB_HASH_FILE, run_files.LOCK_FILE,
                  run_files.CHECKPOINT_DIR, run_files.MODEL_FILE, run_files.HISTORY_FILE,
