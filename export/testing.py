@@ -48,7 +48,6 @@ def run_export_main(argv):
     return code, out.getvalue(), err.getvalue()
 
 
-@contextlib.contextmanager
 def run_main(argv):
     """Runs `psmm-export` in this process; returns its stdout (fails on a non-zero exit)."""
     code, stdout, _ = run_export_main(argv)
@@ -99,6 +98,7 @@ def servability_problems(export_dir):
     return problems
 
 
+@contextlib.contextmanager
 def tf1_session_signatures(export_dir):
     """TF Serving's path to an export: the TF1 loader, a graph and a session.
 
