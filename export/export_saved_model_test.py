@@ -103,8 +103,8 @@ class ExportTest(tf.test.TestCase):
     def test_keras_model_export(self):
         base = os.path.join(self.tmp, "from_keras")
         stdout = testing.run_main([f"--keras_model={self.workdir}/model.keras",
-                           f"--vocab={self.workdir}/vocab.txt", f"--export_base={base}",
-                           "--model_version=7"])
+                                   f"--vocab={self.workdir}/vocab.txt", f"--export_base={base}",
+                                   "--model_version=7"])
         self.assertIn(os.path.join(base, "7"), stdout)
         out = LocalClient(base).predict("serving_default", {"texts": TEXTS})
         self.assert_scores_expected(out["log_probs"], out["num_tokens"])

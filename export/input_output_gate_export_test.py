@@ -60,7 +60,7 @@ class InputOutputGateExportTest(tf.test.TestCase):
             json.dump(fields, f)
         cls.models["psmm"].save(os.path.join(cls.workdir, "model.keras"))
         cls.stdout = testing.run_main([f"--workdir={cls.workdir}",
-                               f"--export_base={cls.tmp}/psmm_base"])
+                                       f"--export_base={cls.tmp}/psmm_base"])
         cls.export_dirs = {
             "psmm": os.path.join(cls.tmp, "psmm_base", "1"),
             "lstm": export_saved_model.export(cls.models["lstm"], vocab_file,
