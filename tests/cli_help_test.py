@@ -27,6 +27,7 @@ PROGRAMS = {
     "psmm-train": ("psmm_tf.trainers.train", TRAIN_FLAGS),
     "psmm-evaluate": ("psmm_tf.trainers.evaluate", (
         "workdir", "baseline_workdir", "split", "model_source", "output_dir", "data_dir",
+        "tfds_data_dir",
         "max_tokens",
         "batch_size", "length", "num_buckets", "bucket_by", "positions", "num_examples",
         "cache_window", "cache_theta", "cache_lambda", "[no]cache_grid", "cache_thetas",

@@ -17,8 +17,9 @@ from absl import logging
 
 from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
+from psmm_tf.data import corpus_setup
 from psmm_tf.data.pipeline import steps_per_epoch
-from psmm_tf.training import corpus_setup, distribution
+from psmm_tf.training import distribution
 
 
 class RunRefusedError(ValueError):

@@ -21,15 +21,15 @@ from absl import logging
 
 from psmm_tf import workdir as run_files
 from psmm_tf.data.pipeline import steps_per_epoch, training_windows
+from psmm_tf.evaluation import pointer_diagnostics
+from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import LanguageModelPreprocessor, build_model
 from psmm_tf.training import (
     checkpointing,
     distribution,
-    pointer_diagnostics,
     reporting,
     run_setup,
 )
-from psmm_tf.training.evaluation import Evaluator
 from psmm_tf.training.schedule import PlateauSchedule
 from psmm_tf.training.steps import TrainStep
 

@@ -11,7 +11,7 @@ import keras
 
 from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
-from psmm_tf.training import corpus_setup
+from psmm_tf.data import corpus_setup
 
 
 class RunLoadError(ValueError):
