@@ -50,6 +50,15 @@ class TfdsCorpusTest(testing.TestCase):
                                                "sat", "<eos>"])
         self.assertTrue((self.tfds_dir / "plain_text" / "1.0.0").is_dir())
 
+    def test_direct_record_reading_equals_tfds_as_dataset(self):
+        self.load()
+        builder = tfds_corpus.prepared_builder("text", self.data, str(self.tfds_dir))
+        direct = tfds_corpus.read_split(builder, "train")
+        with mock.patch.object(tfds_corpus, "_tfrecord_shards", return_value=False):
+            through_tfds = tfds_corpus.read_split(builder, "train")
+        self.assertEqual(direct, through_tfds)
+        self.assertEqual(direct, corpus.load_splits(self.data, "text")["train"])
+
     def test_prepared_once_then_read_back(self):
         before = snapshot(self.data)
         first = self.load()
