@@ -5,7 +5,7 @@ The one data path of `psmm-train` and `psmm-evaluate` for ptb, wikitext2, wikite
     data_dir (the builder's manual_dir; only read)
       -> checked: the folder exists and holds the dataset's files, each one readable
       -> `download_and_prepare` into <tfds_data_dir>/<builder>/<version>/ (only the first time)
-      -> `as_dataset`, one line per example in corpus order
+      -> the prepared shards read back, one line per example in corpus order
       -> token lists: each line's words and one `<eos>`, as `corpus.load_splits` returns them.
 
 `tfds_data_dir` None means TFDS's own default (`~/tensorflow_datasets`, or `$TFDS_DATA_DIR`),
