@@ -267,6 +267,25 @@ class TestCase(tf.test.TestCase):
         np.random.seed(1234)
         self.rng = np.random.default_rng(1234)
 
+    def run_serialization_test(self, instance):
+        """keras-hub's check: `get_config` -> `from_config` -> `get_config` gives the same
+        config, through `keras.saving` serialisation (registered name, JSON) too."""
+        import json
+
+        import keras
+
+        config = instance.get_config()
+        json.dumps(config)  # every value is JSON: it goes into .keras files and exports
+        clone = type(instance).from_config(config)
+        self.assertEqual(clone.get_config(), config)
+        serialized = keras.saving.serialize_keras_object(instance)
+        self.assertEqual(serialized["registered_name"],
+                         keras.saving.get_registered_name(type(instance)))
+        revived = keras.saving.deserialize_keras_object(json.loads(json.dumps(serialized)))
+        self.assertIsInstance(revived, type(instance))
+        self.assertEqual(revived.get_config(), config)
+        return revived
+
 
 def scores_after_keras_round_trip(model, text, directory, check="", backend=None):
     """Saves `model` as `.keras`, loads it in a fresh process, and returns its scores of `text`.
