@@ -7,6 +7,8 @@ by round (A B C D A B C D ...) so that load from elsewhere hits all alike:
   psmm_joint_clip    the same with one joint gradient norm (no second clipping group).
   pointer_alone      forward and backward of the pointer and the mixture only (eqs. 3-7),
                      on fixed hidden states and vocabulary logits of the step's shapes.
+  softmax_alone      the same for the vocabulary softmax's log-probability alone (what the
+                     LSTM's loss computes): pointer_alone - softmax_alone is the pointer's math.
 The ratios to `lstm` split PSMM's overhead into the pointer's own math and the rest.
 
 Usage:
@@ -50,10 +52,10 @@ def _step_runner(preset, kind, batch, pointer_clip_norm):
     return run
 
 
-def _pointer_runner(preset, batch, rng):
+def _pointer_runner(preset, batch, rng, with_pointer=True):
     import tensorflow as tf
 
-    from psmm_tf.layers import PointerSentinel, mixture_log_prob
+    from psmm_tf.layers import PointerSentinel, mixture_log_prob, vocab_log_prob
 
     b, t = batch["targets"].shape
     window, dim = preset.model.window_size, preset.model.hidden_dim
@@ -71,9 +73,14 @@ def _pointer_runner(preset, batch, rng):
     def step():
         with tf.GradientTape() as tape:
             tape.watch([hidden, logits])
-            attention, gate = pointer(hidden, memory=memory, memory_mask=memory_mask)
-            loss = -tf.reduce_sum(mixture_log_prob(logits, attention, gate, key_ids, targets))
-        return loss, tape.gradient(loss, [hidden, logits, *pointer.trainable_variables])
+            if with_pointer:
+                attention, gate = pointer(hidden, memory=memory, memory_mask=memory_mask)
+                log_probs = mixture_log_prob(logits, attention, gate, key_ids, targets)
+            else:
+                log_probs = vocab_log_prob(logits, targets)
+            loss = -tf.reduce_sum(log_probs)
+        sources = [hidden, logits, *pointer.trainable_variables] if with_pointer else [logits]
+        return loss, tape.gradient(loss, sources)
 
     def run():
         float(step()[0])
@@ -97,6 +104,7 @@ def main(argv):
         "psmm": _step_runner(preset, "psmm", batch, preset.train.pointer_clip_norm),
         "psmm_joint_clip": _step_runner(preset, "psmm", batch, None),
         "pointer_alone": _pointer_runner(preset, batch, rng),
+        "softmax_alone": _pointer_runner(preset, batch, rng, with_pointer=False),
     }
     for runner in runners.values():
         runner()
