@@ -101,8 +101,27 @@ def _jax_runner(model, optimizer, batch, settings):
     return run
 
 
+def matmul_flops_per_token(model, train, vocab_size):
+    """Forward multiply-add FLOPs per predicted token: (LSTM + softmax, pointer).
+
+    LSTM layer l: 2 (in_l + H) 4H; softmax: 2 H V; pointer (eqs. 5-7): the query 2 H^2 and the
+    scores of the K = L - 1 + T keys a window's query is multiplied with, 2 H K, plus the
+    sentinel 2 H. The backward pass costs about twice each, so the shares hold for a step.
+    """
+    hidden, keys = model.hidden_dim, model.window_size - 1 + train.num_predicted
+    lstm = sum(2 * ((model.embedding_dim if layer == 0 else hidden) + hidden) * 4 * hidden
+               for layer in range(model.num_layers))
+    return lstm + 2 * hidden * vocab_size, 2 * hidden * hidden + 2 * hidden * (keys + 1)
+
+
 def main(argv):
     del argv
+    from psmm_tf import configs
+
+    preset = configs.get_preset(FLAGS.preset)
+    base, pointer = matmul_flops_per_token(preset.model, preset.train, FLAGS.vocab_size)
+    print(f"matmul FLOPs per token: LSTM LM {base / 1e6:.2f} M, the pointer {pointer / 1e6:.2f} "
+          f"M more: PSMM/LSTM {1 + pointer / base:.3f} at an equal FLOP rate", flush=True)
     if FLAGS.child:
         child(FLAGS.child)
         return

@@ -46,9 +46,10 @@ from absl import app, flags
 
 from psmm_tf import configs
 from psmm_tf.data import evaluation_windows
-from psmm_tf.models.neural_cache import cache_grid_search
-from psmm_tf.training import evaluation_report, reporting, train_lib
-from psmm_tf.training.evaluation import Evaluator
+from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.evaluation.neural_cache import cache_grid_search
+from psmm_tf.evaluation.trained_run import load_trained_run
+from psmm_tf.training import reporting, train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "/tmp/psmm_quality", "Where the runs and the report go.")
@@ -126,7 +127,7 @@ def _trained_row(suite, kind, data, out):
     if "pointer" in results:  # diagnostics on the validation split (train_lib.run)
         row["pointer"] = results["pointer"]
     if suite == "wikitext":
-        run = evaluation_report.load_trained_run(workdir)
+        run = load_trained_run(workdir)
         row["second_half_perplexity"] = Evaluator(run.model).evaluate(
             _tuning_and_report_ids(suite, run.corpus)[1]).perplexity
     return row
@@ -134,25 +135,27 @@ def _trained_row(suite, kind, data, out):
 
 def _cache_row(suite, kind, out):
     """Grid search of the cache on one text, then the best (theta, lambda) on another."""
-    run = evaluation_report.load_trained_run(out / suite / kind)
+    run = load_trained_run(out / suite / kind)
     thetas = [float(t) for t in FLAGS.cache_thetas]
     lambdas = [float(v) for v in FLAGS.cache_lambdas]
     window = FLAGS.cache_window or run.config.model.window_size
     length = run.config.train.eval_length
     tune_ids, report_ids = _tuning_and_report_ids(suite, run.corpus)
     start = time.time()
-    grid, best = cache_grid_search(run.model, evaluation_windows(tune_ids, 1, length),
-                                   thetas, lambdas, window=window)
-    reported, _ = cache_grid_search(run.model, evaluation_windows(report_ids, 1, length),
-                                    [best[0]], [best[1]], window=window)
-    row = {"tuned_perplexity": grid[best], "theta": best[0], "lambda": best[1],
-           "window": window, "search_seconds": time.time() - start,
+    search = cache_grid_search(run.model, evaluation_windows(tune_ids, 1, length),
+                               thetas, lambdas, window=window)
+    best = search["best"]
+    reported = cache_grid_search(run.model, evaluation_windows(report_ids, 1, length),
+                                 [best["theta"]], [best["lambda"]], window=window)["best"]
+    grid = {(e["theta"], e["lambda"]): e["perplexity"] for e in search["grid"]}
+    row = {"tuned_perplexity": best["perplexity"], "theta": best["theta"],
+           "lambda": best["lambda"], "window": window, "search_seconds": time.time() - start,
            "grid": {f"{t},{v}": p for (t, v), p in sorted(grid.items())}}
     if suite == "ptb":  # tuned on valid: that is its valid perplexity
-        row.update(valid_perplexity=grid[best], test_perplexity=reported[best])
+        row.update(valid_perplexity=best["perplexity"], test_perplexity=reported["perplexity"])
     else:  # tuned on the first half of wiki.test, reported on the second
         row.update(valid_perplexity=math.nan, test_perplexity=math.nan,
-                   second_half_perplexity=reported[best])
+                   second_half_perplexity=reported["perplexity"])
     return row
 
 

@@ -2,7 +2,7 @@
 
 An export with a cache serves `p = (1 - lambda) p_model + lambda p_cache` (Grave et al. eq. 4)
 instead of the model's own `p_model`, with the functions of `psmm_tf.layers.neural_cache`, as
-`psmm_tf.models.NeuralCache` computes it in evaluation. The cache holds the last `W` (the cache
+`psmm_tf.evaluation.NeuralCache` computes it in evaluation. The cache holds the last `W` (the cache
 window) top-layer hidden states of the text, each with the token that followed it; the stream
 signatures carry it as three more state tensors, inputs and outputs under the same names:
 
@@ -21,15 +21,12 @@ import tensorflow as tf
 from psmm_tf.export import CACHE_STATE_NAMES
 from psmm_tf.layers import neural_cache
 
-# The one settings type of a neural cache, with its one validation (evaluation's too).
-from psmm_tf.training.cache_evaluation import CacheSettings, check_cache_settings  # noqa: F401
-
 # The settings of an export's cache, in its `assets.extra/`.
 SETTINGS_FILE = "neural_cache.json"
 
 
 def settings_json(settings):
-    """The JSON of `SETTINGS_FILE` for `settings` (a `CacheSettings`)."""
+    """The JSON of `SETTINGS_FILE` for `settings` (a `psmm_tf.evaluation.CacheSettings`)."""
     return json.dumps({
         "window": settings.window, "theta": settings.theta, "lambda": settings.lam,
         "state": list(CACHE_STATE_NAMES),
@@ -63,7 +60,7 @@ def cached_log_probs(settings, model_log_probs, hidden, token_ids, lengths, stat
     """The cache-interpolated log-probabilities of a padded batch, and the next cache state.
 
     Args:
-        settings: `CacheSettings`.
+        settings: `psmm_tf.evaluation.CacheSettings`.
         model_log_probs: float32 `(B, T)`, `log p_model` of `token_ids`.
         hidden: float `(B, T, H)`, the top-layer state that predicts each of `token_ids`.
         token_ids: int32 `(B, T)`, valid ids (0 in the padding).

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from psmm_tf import testing as psmm_testing
 from psmm_tf.data import Vocabulary
+from psmm_tf.evaluation import CacheSettings, NeuralCache
 from psmm_tf.export import (
     CACHE_STATE_NAMES,
     STATE_NAMES,
@@ -22,13 +23,9 @@ from psmm_tf.export import (
     testing,
     warmup,
 )
-from psmm_tf.export.cache import CacheSettings
 from psmm_tf.export.clients import LocalClient
-from psmm_tf.export.export_saved_model_test import run_main
-from psmm_tf.export.servability_test import servability_problems
 from psmm_tf.export.serving_module import ServingModule
 from psmm_tf.export.tokenization import reference_tokens
-from psmm_tf.models import NeuralCache
 
 WINDOW, THETA, LAMBDA = 12, 1.5, 0.3  # a cache window longer than the pointer's (8)
 SIGNATURES = ("serving_default", "score", "score_text_stream", "score_stream", "predict_next",
@@ -76,7 +73,7 @@ class CacheExportTest(psmm_testing.TestCase):
         cls.model, _ = testing.tiny_model(seed=7)
         cls.model.save(os.path.join(cls.tmp, "model.keras"))
         cls.base = os.path.join(cls.tmp, "base")
-        cls.stdout = run_main([
+        cls.stdout = testing.run_main([
             f"--keras_model={cls.tmp}/model.keras", f"--vocab={cls.vocab_file}",
             f"--export_base={cls.base}", f"--cache_window={WINDOW}", f"--cache_theta={THETA}",
             f"--cache_lambda={LAMBDA}"])
@@ -115,7 +112,7 @@ class CacheExportTest(psmm_testing.TestCase):
 
     def test_layout_and_recorded_settings(self):
         self.assertIn("assets.extra/neural_cache.json", testing.file_listing(self.export_dir))
-        self.assertEqual(servability_problems(self.export_dir), [])
+        self.assertEqual(testing.servability_problems(self.export_dir), [])
         with open(os.path.join(self.export_dir, "assets.extra", "neural_cache.json")) as f:
             settings = json.load(f)
         self.assertEqual((settings["window"], settings["theta"], settings["lambda"]),

@@ -26,10 +26,16 @@ import psmm_tf.models  # noqa: F401  (registers the custom Keras objects for loa
 from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import Vocabulary
+from psmm_tf.evaluation.neural_cache import (
+    DEFAULT_LAMBDA,
+    DEFAULT_THETA,
+    CacheSettings,
+    NeuralCache,
+    check_cache_settings,
+)
 from psmm_tf.export import cache, serving_module, warmup
 from psmm_tf.export.serving_module import ServingModule
-from psmm_tf.models import NeuralCache, build_model
-from psmm_tf.models.neural_cache import DEFAULT_LAMBDA, DEFAULT_THETA
+from psmm_tf.models import build_model
 from psmm_tf.training import checkpointing
 
 DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # NeuralCache's
@@ -68,9 +74,9 @@ def cache_settings(window=None, theta=None, lam=None):
         return None
     theta = DEFAULT_CACHE_THETA if theta is None else theta
     lam = DEFAULT_CACHE_LAMBDA if lam is None else lam
-    cache.check_cache_settings(window, (theta,), (lam,),
+    check_cache_settings(window, (theta,), (lam,),
                                ("--cache_window", "--cache_theta", "--cache_lambda"))
-    return cache.CacheSettings(window, theta, lam)
+    return CacheSettings(window, theta, lam)
 
 
 def with_cache(model, settings):

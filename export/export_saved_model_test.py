@@ -23,14 +23,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["the cat sat on the mat", "a zebra ran\nto the house", "the big red tree saw his dog"]
 
 
-def run_main(argv):
-    """Runs `psmm-export` in this process; returns its stdout (fails on a non-zero exit)."""
-    code, stdout, _ = testing.run_export_main(argv)
-    if code != 0:
-        raise AssertionError(f"psmm-export exited with {code}")
-    return stdout
-
-
 def keras_log_probs(model, vocab, texts):
     """Keras `score()` of each text (read after a leading <eos>), as a list of arrays."""
     from psmm_tf.export.tokenization import reference_tokens
@@ -67,7 +59,7 @@ class ExportTest(tf.test.TestCase):
         manager.save()
         cls.model.save(os.path.join(workdir, "model.keras"))
         cls.workdir, cls.base = workdir, os.path.join(cls.tmp, "base")
-        cls.stdout = run_main([f"--workdir={workdir}", f"--export_base={cls.base}"])
+        cls.stdout = testing.run_main([f"--workdir={workdir}", f"--export_base={cls.base}"])
         cls.export_dir = os.path.join(cls.base, "1")
         cls.client = LocalClient(cls.base)
         cls.expected = keras_log_probs(cls.model, cls.vocab, TEXTS)
@@ -110,9 +102,9 @@ class ExportTest(tf.test.TestCase):
 
     def test_keras_model_export(self):
         base = os.path.join(self.tmp, "from_keras")
-        stdout = run_main([f"--keras_model={self.workdir}/model.keras",
-                           f"--vocab={self.workdir}/vocab.txt", f"--export_base={base}",
-                           "--model_version=7"])
+        stdout = testing.run_main([f"--keras_model={self.workdir}/model.keras",
+                                   f"--vocab={self.workdir}/vocab.txt", f"--export_base={base}",
+                                   "--model_version=7"])
         self.assertIn(os.path.join(base, "7"), stdout)
         out = LocalClient(base).predict("serving_default", {"texts": TEXTS})
         self.assert_scores_expected(out["log_probs"], out["num_tokens"])

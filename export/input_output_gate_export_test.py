@@ -10,12 +10,11 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.data import Vocabulary
+from psmm_tf.evaluation import NeuralCache
 from psmm_tf.export import STATE_NAMES, export_saved_model, testing
-from psmm_tf.export.export_saved_model_test import run_main
-from psmm_tf.export.servability_test import servability_problems
 from psmm_tf.export.serving_module import ServingModule
 from psmm_tf.export.tokenization import reference_tokens
-from psmm_tf.models import InputOutputGateLM, NeuralCache
+from psmm_tf.models import InputOutputGateLM
 
 TEXTS = ["the cat sat on the mat", "a dog ran\nto the house and the cat",
          "the big red tree saw his dog"]
@@ -60,8 +59,8 @@ class InputOutputGateExportTest(tf.test.TestCase):
         with open(os.path.join(cls.workdir, "config.json"), "w") as f:
             json.dump(fields, f)
         cls.models["psmm"].save(os.path.join(cls.workdir, "model.keras"))
-        cls.stdout = run_main([f"--workdir={cls.workdir}",
-                               f"--export_base={cls.tmp}/psmm_base"])
+        cls.stdout = testing.run_main([f"--workdir={cls.workdir}",
+                                       f"--export_base={cls.tmp}/psmm_base"])
         cls.export_dirs = {
             "psmm": os.path.join(cls.tmp, "psmm_base", "1"),
             "lstm": export_saved_model.export(cls.models["lstm"], vocab_file,
@@ -110,7 +109,7 @@ class InputOutputGateExportTest(tf.test.TestCase):
     def test_workdir_of_a_gate_run_exports_its_model_keras(self):
         self.assertIn(self.export_dirs["psmm"], self.stdout)
         for path in self.export_dirs.values():
-            self.assertEqual(servability_problems(path), [])
+            self.assertEqual(testing.servability_problems(path), [])
         with open(os.path.join(self.export_dirs["psmm"], "assets.extra", "config.json")) as f:
             self.assertTrue(json.load(f)["model"]["base_model"].endswith("model.keras"))
         lone = os.path.join(self.tmp, "lone_run")

@@ -53,7 +53,7 @@ def next_word(outputs, words, vocab_ids, lengths, window_size, vocab_size, cache
         lengths: int32 `(B,)`, tokens per row (>= 1).
         window_size: int. `L`, keys the pointer of a position can reach.
         vocab_size: int. `V`.
-        cache: optional `psmm_tf.export.cache.CacheSettings`: mix the neural cache in.
+        cache: optional `psmm_tf.evaluation.CacheSettings`: mix the neural cache in.
 
     Returns:
         A dict with `distribution` float32 `(B, V + N)` (rows sum to 1; `N = L`, or

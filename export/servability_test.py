@@ -1,57 +1,13 @@
 """The export is servable on a CPU with no Python (no XLA, cuDNN-only or py_func ops), and it
 works as a layer of a new Keras model (`keras.layers.TFSMLayer`)."""
 
-import os
 import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2
-from tensorflow.python.framework import kernels
 
 from psmm_tf.export import testing
-
-FORBIDDEN_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc", "XlaLaunch", "_XlaCompile",
-                 "_XlaRun", "XlaCallModule", "_XlaMerge"}
-FORBIDDEN_PREFIXES = ("Cudnn", "Xla", "_Xla")
-XLA_ATTRIBUTES = ("_XlaMustCompile", "_XlaCompile", "_XlaScope")
-
-
-def servability_problems(export_dir):
-    """Ops and attributes of a SavedModel that TF Serving on a CPU cannot run, as strings.
-
-    Walks the graph and every function of its library: op types that are forbidden or have no
-    CPU kernel, and nodes or functions marked for XLA compilation.
-    """
-    saved_model = saved_model_pb2.SavedModel()
-    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
-        saved_model.ParseFromString(f.read())
-    graph = saved_model.meta_graphs[0].graph_def
-    functions = {f.signature.name for f in graph.library.function}
-    nodes = [("graph", node) for node in graph.node]
-    problems = []
-    for function in graph.library.function:
-        nodes += [(function.signature.name, node) for node in function.node_def]
-        for name in XLA_ATTRIBUTES:
-            if name in function.attr and function.attr[name].b:
-                problems.append(f"function {function.signature.name} has {name}=True")
-    cpu_kernels = {}
-    for where, node in nodes:
-        if node.op in FORBIDDEN_OPS or node.op.startswith(FORBIDDEN_PREFIXES):
-            problems.append(f"{where}: forbidden op {node.op} ({node.name})")
-        for name in XLA_ATTRIBUTES:
-            if name in node.attr and node.attr[name].b:
-                problems.append(f"{where}: node {node.name} has {name}=True")
-        if node.op in functions:  # a direct call of a library function
-            continue
-        if node.op not in cpu_kernels:
-            registered = kernels.get_registered_kernels_for_op(node.op).kernel
-            # DEFAULT kernels (NoOp, Assert, ...) run on every device, the CPU included.
-            cpu_kernels[node.op] = any(k.device_type in ("CPU", "DEFAULT") for k in registered)
-        if not cpu_kernels[node.op]:
-            problems.append(f"{where}: op {node.op} has no CPU kernel ({node.name})")
-    return problems
 
 
 class ServabilityTest(tf.test.TestCase):
@@ -62,7 +18,7 @@ class ServabilityTest(tf.test.TestCase):
         cls.model, cls.vocab_file, cls.export_dir = testing.shared_export()
 
     def test_export_has_no_forbidden_ops(self):
-        self.assertEqual(servability_problems(self.export_dir), [])
+        self.assertEqual(testing.servability_problems(self.export_dir), [])
 
     def test_the_check_finds_py_func_and_xla(self):
         module = tf.Module()
@@ -72,7 +28,7 @@ class ServabilityTest(tf.test.TestCase):
                                  input_signature=[tf.TensorSpec([None], tf.float32)])
         path = tempfile.mkdtemp()
         tf.saved_model.save(module, path, signatures={"py": module.py, "xla": module.xla})
-        problems = "\n".join(servability_problems(path))
+        problems = "\n".join(testing.servability_problems(path))
         self.assertIn("forbidden op EagerPyFunc", problems)
         self.assertIn("_XlaMustCompile=True", problems)
 

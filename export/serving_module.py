@@ -51,9 +51,9 @@ only; the clients of `psmm_tf.export.clients` check dtypes by name first (`INPUT
 import tensorflow as tf
 
 from psmm_tf.data import Vocabulary
+from psmm_tf.evaluation.neural_cache import CacheSettings, NeuralCache
 from psmm_tf.export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
 from psmm_tf.export.next_word import next_word, top_words
-from psmm_tf.models import NeuralCache
 
 # Tokens of one request (B x T): ~2 GB of activations at V = 10,000 (a 100,000-word text grew a
 # server to 11.8 GB and died).
@@ -118,14 +118,14 @@ class ServingModule(tf.Module):
 
     Args:
         model: a `psmm_tf.models.LanguageModel` with a full or exact-in-evaluation softmax, an
-            `InputOutputGateLM` over one, or a `psmm_tf.models.NeuralCache` over either (its
+            `InputOutputGateLM` over one, or a `psmm_tf.evaluation.NeuralCache` over either (its
             window, theta and lambda are served; `cache` holds them).
         vocabulary_file: str. The vocabulary (one token per line, line number = id) with
             `<unk>` and `<eos>`; its size must be the model's `vocab_size`. It becomes an asset.
         max_tokens: int. Most tokens of one request (batch x longest text), in every signature.
 
     Attributes:
-        cache: `psmm_tf.export.cache.CacheSettings` or None.
+        cache: `psmm_tf.evaluation.CacheSettings` or None.
         state_names: tuple of str, the state tensors of the stream signatures.
     """
 
@@ -136,7 +136,7 @@ class ServingModule(tf.Module):
         self.max_tokens = int(max_tokens)
         self.cache = None
         if isinstance(model, NeuralCache):
-            self.cache, model = cache.CacheSettings.of(model), model.model
+            self.cache, model = CacheSettings.of(model), model.model
         self.state_names = STATE_NAMES + (CACHE_STATE_NAMES if self.cache else ())
         self._endpoints = endpoint_specs(with_cache=self.cache is not None)
         vocabulary = Vocabulary.load(vocabulary_file)

@@ -22,6 +22,8 @@ import threading
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import kernels
 
 from psmm_tf.export.clients import ServingError
 
@@ -44,6 +46,56 @@ def run_export_main(argv):
         except SystemExit as exit_:
             code = 0 if exit_.code is None else exit_.code
     return code, out.getvalue(), err.getvalue()
+
+
+def run_main(argv):
+    """Runs `psmm-export` in this process; returns its stdout (fails on a non-zero exit)."""
+    code, stdout, _ = run_export_main(argv)
+    if code != 0:
+        raise AssertionError(f"psmm-export exited with {code}")
+    return stdout
+
+
+FORBIDDEN_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc", "XlaLaunch", "_XlaCompile",
+                 "_XlaRun", "XlaCallModule", "_XlaMerge"}
+FORBIDDEN_PREFIXES = ("Cudnn", "Xla", "_Xla")
+XLA_ATTRIBUTES = ("_XlaMustCompile", "_XlaCompile", "_XlaScope")
+
+
+def servability_problems(export_dir):
+    """Ops and attributes of a SavedModel that TF Serving on a CPU cannot run, as strings.
+
+    Walks the graph and every function of its library: op types that are forbidden or have no
+    CPU kernel, and nodes or functions marked for XLA compilation.
+    """
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    graph = saved_model.meta_graphs[0].graph_def
+    functions = {f.signature.name for f in graph.library.function}
+    nodes = [("graph", node) for node in graph.node]
+    problems = []
+    for function in graph.library.function:
+        nodes += [(function.signature.name, node) for node in function.node_def]
+        for name in XLA_ATTRIBUTES:
+            if name in function.attr and function.attr[name].b:
+                problems.append(f"function {function.signature.name} has {name}=True")
+    cpu_kernels = {}
+    for where, node in nodes:
+        if node.op in FORBIDDEN_OPS or node.op.startswith(FORBIDDEN_PREFIXES):
+            problems.append(f"{where}: forbidden op {node.op} ({node.name})")
+        for name in XLA_ATTRIBUTES:
+            if name in node.attr and node.attr[name].b:
+                problems.append(f"{where}: node {node.name} has {name}=True")
+        if node.op in functions:  # a direct call of a library function
+            continue
+        if node.op not in cpu_kernels:
+            registered = kernels.get_registered_kernels_for_op(node.op).kernel
+            # DEFAULT kernels (NoOp, Assert, ...) run on every device, the CPU included.
+            cpu_kernels[node.op] = any(k.device_type in ("CPU", "DEFAULT") for k in registered)
+        if not cpu_kernels[node.op]:
+            problems.append(f"{where}: op {node.op} has no CPU kernel ({node.name})")
+    return problems
 
 
 @contextlib.contextmanager

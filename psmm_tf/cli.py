@@ -120,6 +120,23 @@ def parse(argv, flag_values, *, program, doc, module_name, notes=None, error_sta
     return remaining
 
 
+def flag_in(argv, name, flag_values):
+    """The value of `--name` on a command line (e.g. --preset, before parsing, for --help
+    notes), or the flag's default when it is absent or not one of an enum's values."""
+    args = _before_separator(list(argv[1:]))
+    value = None
+    for i, arg in enumerate(args):
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+        elif arg == f"--{name}" and i + 1 < len(args):
+            value = args[i + 1]
+    flag = flag_values[name]
+    enum_values = getattr(flag.parser, "enum_values", None)
+    if value is None or (enum_values and value not in enum_values):
+        return flag.default
+    return value
+
+
 def usage_error(program, message):
     """Exits with a refused combination of flags: the message and where the help is."""
     sys.exit(f"FATAL Flags error: {message}\nTry {program} --help.")

@@ -197,7 +197,11 @@ class DataConfig:
     # with train.txt, valid.txt, test.txt).
     dataset: str = "synthetic"
     # Folder holding the corpus files (for "synthetic": where the generated splits are written).
+    # For the real corpora it is the TFDS builder's manual_dir: only read, never written.
     data_dir: str | None = None
+    # Where the real corpora are prepared as TFDS datasets (once, then read from there); None:
+    # TFDS's default, ~/tensorflow_datasets or $TFDS_DATA_DIR, shared with `tfds build`.
+    tfds_data_dir: str | None = None
     # Words seen fewer times than this in the training split become <unk>.
     min_count: int = 1
     # At most this many words in the vocabulary (None: no limit).

@@ -9,10 +9,14 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+# The checkout this module is in: its entry points are run as scripts from there.
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def reference_pointer_sentinel(hidden, memory, memory_mask, query_kernel, query_bias, sentinel,
@@ -212,19 +216,37 @@ def skip_unless_tensorflow(reason="TensorFlow-specific"):
     return unittest.skipUnless(keras.backend.backend() == "tensorflow", reason)
 
 
+def child_env(env=None, paths=(), log_level="3"):
+    """The environment of a child Python: this one with the repository (then `paths`) first on
+    PYTHONPATH, TensorFlow's C++ logging at `log_level` unless set, then `env` on top."""
+    result = dict(os.environ)
+    result["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *map(str, paths),
+                                            result.get("PYTHONPATH", "")])
+    result.setdefault("TF_CPP_MIN_LOG_LEVEL", log_level)
+    result.update(env or {})
+    return result
+
+
+def run_script(script, args, env=None, timeout=240):
+    """Runs `python <script> <args>` from the repository root; returns the CompletedProcess."""
+    return subprocess.run([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
+                          env=child_env(env), capture_output=True, text=True, timeout=timeout)
+
+
+def start_script(script, args, env=None, **kwargs):
+    """Starts `python <script> <args>` in the background; returns the Popen."""
+    return subprocess.Popen([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
+                            env=child_env(env), **kwargs)
+
+
 def run_in_fresh_process(code, timeout=300, env=None):
     """Runs Python `code` in a new interpreter with the repository on its path; returns stdout.
 
     Raises AssertionError with the child's output when it fails.
     """
-    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    child_env = dict(os.environ)
-    child_env["PYTHONPATH"] = repo_root + os.pathsep + child_env.get("PYTHONPATH", "")
-    child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    child_env.update(env or {})
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        timeout=timeout, env=child_env,
+        timeout=timeout, env=child_env(env, log_level="2"),
     )
     if result.returncode != 0:
         raise AssertionError(
@@ -244,6 +266,25 @@ class TestCase(tf.test.TestCase):
         tf.random.set_seed(1234)
         np.random.seed(1234)
         self.rng = np.random.default_rng(1234)
+
+    def run_serialization_test(self, instance):
+        """keras-hub's check: `get_config` -> `from_config` -> `get_config` gives the same
+        config, through `keras.saving` serialisation (registered name, JSON) too."""
+        import json
+
+        import keras
+
+        config = instance.get_config()
+        json.dumps(config)  # every value is JSON: it goes into .keras files and exports
+        clone = type(instance).from_config(config)
+        self.assertEqual(clone.get_config(), config)
+        serialized = keras.saving.serialize_keras_object(instance)
+        self.assertEqual(serialized["registered_name"],
+                         keras.saving.get_registered_name(type(instance)))
+        revived = keras.saving.deserialize_keras_object(json.loads(json.dumps(serialized)))
+        self.assertIsInstance(revived, type(instance))
+        self.assertEqual(revived.get_config(), config)
+        return revived
 
 
 def scores_after_keras_round_trip(model, text, directory, check="", backend=None):

@@ -13,18 +13,21 @@ import unittest
 from psmm_tf import __version__, configs
 
 TRAIN_FLAGS = (
-    "workdir", "preset", "dataset", "data_dir", "train_split", "valid_split", "test_split",
+    "workdir", "preset", "dataset", "data_dir", "tfds_data_dir", "train_split", "valid_split",
+    "test_split",
     "min_count", "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim", "softmax",
     "num_sampled", "hidden_dim", "num_layers", "window_size", "num_predicted", "bptt",
     "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",
     "optimizer", "learning_rate", "lr_decay", "dropout", "zoneout", "clip_norm", "initial_gate",
     "pointer_clip_norm", "pointer_loss_weight", "seed", "jit_compile", "checkpoint_every_steps",
-    "max_eval_tokens", "eval_batch_size", "strategy", "logical_cpus", "[no]compare_baseline",
+    "max_eval_tokens", "eval_batch_size", "override", "strategy", "logical_cpus",
+    "[no]compare_baseline",
     "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "verbose", "[no]version")
 PROGRAMS = {
     "psmm-train": ("psmm_tf.trainers.train", TRAIN_FLAGS),
     "psmm-evaluate": ("psmm_tf.trainers.evaluate", (
         "workdir", "baseline_workdir", "split", "model_source", "output_dir", "data_dir",
+        "tfds_data_dir",
         "max_tokens",
         "batch_size", "length", "num_buckets", "bucket_by", "positions", "num_examples",
         "cache_window", "cache_theta", "cache_lambda", "[no]cache_grid", "cache_thetas",

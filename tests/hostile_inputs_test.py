@@ -18,22 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-from train_testlib import REPO_ROOT, run_script, tiny_config
+from train_testlib import tiny_config
 
 from psmm_tf import configs
 from psmm_tf import workdir as run_files
+from psmm_tf.data import corpus_setup
+from psmm_tf.evaluation import NeuralCache, report, trained_run
 from psmm_tf.export import score, testing
 from psmm_tf.export.clients import LocalClient, RestClient, ServingError
 from psmm_tf.export.serving_module import DEFAULT_MAX_TOKENS, ServingModule
-from psmm_tf.models import NeuralCache
-from psmm_tf.training import (
-    checkpointing,
-    corpus_setup,
-    evaluation_report,
-    reporting,
-    run_setup,
-    train_lib,
-)
+from psmm_tf.testing import REPO_ROOT, child_env, run_script
+from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 
 
 def snapshot(directory):
@@ -111,9 +106,9 @@ class DataDirTest(_TrainedRunTestCase):
         (data / "train.txt.gz").unlink()  # the case that made the generator write there
         run = self.copy_run("eval_run")
         before, run_before = snapshot(data), snapshot(run)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"data_dir=.*user_corpus3: the run .* synthetic corpus"):
-            evaluation_report.load_trained_run(run, data_dir=data)
+            trained_run.load_trained_run(run, data_dir=data)
         done = run_script("trainers/evaluate.py", [f"--workdir={run}", f"--data_dir={data}"])
         self.assertNotEqual(done.returncode, 0)
         self.assertRegex(done.stderr, r"FATAL data_dir=.*user_corpus3")
@@ -217,7 +212,7 @@ class WorkdirLockTest(_TrainedRunTestCase):
         code = ("import sys, time\nfrom psmm_tf.training import run_setup\n"
                 f"with run_setup.workdir_lock({str(workdir)!r}):\n"
                 "    print('locked', flush=True)\n    time.sleep(120)\n")
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+        env = child_env()
         holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True, env=env)
         try:
@@ -305,16 +300,16 @@ class EvaluateSplitTest(_TrainedRunTestCase):
         train_lib.run(tiny_config(steps_per_epoch=2).replace(
             data={"dataset": "text", "data_dir": str(data)}), workdir, verbose=0)
         before = snapshot(workdir)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"split='test': the corpus of .*text_run has no file for it "
                                     r"\(it has \['train', 'valid'\]\)"):
-            evaluation_report.evaluation_report(workdir, workdir / "evaluation_test", "test")
+            report.evaluation_report(workdir, workdir / "evaluation_test", "test")
         self.assertEqual(snapshot(workdir), before)  # no evaluation_test/ either
         run = self.copy_run("eval_with_baseline")
         run_before = snapshot(run)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"baseline_workdir=.*text_run has another vocabulary"):
-            evaluation_report.evaluation_report(run, root / "report", "valid", max_tokens=50,
+            report.evaluation_report(run, root / "report", "valid", max_tokens=50,
                                                 baseline_workdir=workdir)
         self.assertEqual(snapshot(run), run_before)
         self.assertEqual(snapshot(workdir), before)
@@ -329,8 +324,8 @@ class VocabularyTest(_TrainedRunTestCase):
         vocab.write_text("".join(t + "\n" for t in tokens))
         before = snapshot(workdir)
         message = r"Vocabulary .*permuted/vocab.txt is not the one the model of .* trained with"
-        with self.assertRaisesRegex(evaluation_report.RunLoadError, message):
-            evaluation_report.load_trained_run(workdir)
+        with self.assertRaisesRegex(trained_run.RunLoadError, message):
+            trained_run.load_trained_run(workdir)
         with self.assertRaisesRegex(run_setup.RunRefusedError, message):
             train_lib.run(tiny_config(), workdir, verbose=0)
         self.assertEqual(snapshot(workdir), before)
@@ -670,9 +665,9 @@ class WorkdirSweepTest(_TrainedRunTestCase):
                                     r"kind_preset/config.json is not a training run's config "
                                     r"\(JSONDecodeError"):
             train_lib.run(tiny_config(), workdir, verbose=0)
-        with self.assertRaisesRegex(evaluation_report.RunLoadError,
+        with self.assertRaisesRegex(trained_run.RunLoadError,
                                     r"kind_preset/config.json is not a training run's config"):
-            evaluation_report.load_trained_run(workdir)
+            trained_run.load_trained_run(workdir)
         code, _, stderr = testing.run_export_main([f"--workdir={workdir}",
                                                    f"--export_base={workdir}_exports"])
         self.assertEqual(code, 1)
@@ -691,7 +686,8 @@ class WorkdirSweepTest(_TrainedRunTestCase):
         before = snapshot(root)
         code = (
             "import sys\n"
-            "from psmm_tf.training import evaluation_report, run_setup, train_lib\n"
+            "from psmm_tf.evaluation import report, trained_run\n"
+            "from psmm_tf.training import run_setup, train_lib\n"
             "from train_testlib import tiny_config\n"
             "from psmm_tf.export import testing\n"
             f"root = {str(root)!r}\n"
@@ -701,16 +697,15 @@ class WorkdirSweepTest(_TrainedRunTestCase):
             "    except run_setup.RunRefusedError as err:\n"
             "        print('TRAIN', err)\n"
             "try:\n"
-            "    evaluation_report.evaluation_report(root + '/run', root + '/run/report', 'valid',"
+            "    report.evaluation_report(root + '/run', root + '/run/report', 'valid',"
             " max_tokens=50)\n"
-            "except evaluation_report.RunLoadError as err:\n"
+            "except trained_run.RunLoadError as err:\n"
             "    print('EVALUATE', err)\n"
             "code, _, stderr = testing.run_export_main(['--workdir=' + root + '/run',"
             " '--export_base=' + root + '/exports'])\n"
             "print('EXPORT', code, stderr.strip().splitlines()[-1])\n"
         )
-        env = dict(os.environ, PYTHONPATH=f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'tests'}",
-                   TF_CPP_MIN_LOG_LEVEL="3")
+        env = child_env(paths=[REPO_ROOT / "tests"])
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               env=env, preexec_fn=_drop_file_permission_override, timeout=240)
         try:
@@ -787,8 +782,8 @@ class EvaluateSweepTest(_TrainedRunTestCase):
             with self.subTest(run=run.name, options=options):
                 before = snapshot(run)
                 output_dir = options.pop("output_dir", run / "report")
-                with self.assertRaisesRegex(evaluation_report.RunLoadError, message):
-                    evaluation_report.evaluation_report(run, output_dir, "valid", max_tokens=50,
+                with self.assertRaisesRegex(trained_run.RunLoadError, message):
+                    report.evaluation_report(run, output_dir, "valid", max_tokens=50,
                                                         **options)
                 self.assertEqual(snapshot(run), before)
         self.assertEqual(a_file.read_text(), "mine\n")

@@ -12,14 +12,15 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-from train_testlib import run_script, tiny_config
+from train_testlib import tiny_config
 
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data.vocabulary import Vocabulary
+from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.evaluation.trained_run import load_trained_run
 from psmm_tf.models import InputOutputGateLM, build_model
+from psmm_tf.testing import run_script
 from psmm_tf.training import reporting, train_lib
-from psmm_tf.training.evaluation import Evaluator
-from psmm_tf.training.evaluation_report import load_trained_run
 from psmm_tf.training.gate_training import input_output_gate_config
 
 

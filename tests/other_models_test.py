@@ -6,11 +6,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+from train_testlib import tiny_config
 
 from psmm_tf.data import Vocabulary, evaluation_windows, load_splits
-from psmm_tf.models import cache_grid_search
+from psmm_tf.evaluation import cache_grid_search
 from psmm_tf.training import train_lib
-from tests.train_testlib import tiny_config
 
 
 class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
@@ -40,8 +40,10 @@ class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
         splits = load_splits(data_dir, "text")
         ids = vocabulary.encode(splits["valid"][:400])
         windows = list(evaluation_windows(ids, batch_size=1, length=50).as_numpy_iterator())
-        results, best = cache_grid_search(model, windows, thetas=[0.1, 0.5],
-                                          lambdas=[0.0, 0.1, 0.3], window=20)
+        search = cache_grid_search(model, windows, thetas=[0.1, 0.5], lambdas=[0.0, 0.1, 0.3],
+                                   window=20)
+        results = {(e["theta"], e["lambda"]): e["perplexity"] for e in search["grid"]}
+        best = (search["best"]["theta"], search["best"]["lambda"])
         self.assertLen(results, 6)
         self.assertAlmostEqual(results[(0.1, 0.0)], results[(0.5, 0.0)], places=3)
         self.assertTrue(all(np.isfinite(list(results.values()))))

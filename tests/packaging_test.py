@@ -72,12 +72,16 @@ class WheelTest(unittest.TestCase):
                    if not n.startswith(("psmm_tf/", f"{self.dist_info}/"))]
         self.assertEqual(outside, [])
         self.assertEqual(self.top_level, ["psmm_tf"])
-        for package in ("psmm_tf", "psmm_tf/trainers", "psmm_tf/export", "psmm_tf/models"):
+        for package in ("psmm_tf", "psmm_tf/trainers", "psmm_tf/export", "psmm_tf/models",
+                        "psmm_tf/evaluation"):
             self.assertIn(f"{package}/__init__.py", self.names)
         for module in ("psmm_tf/trainers/train.py", "psmm_tf/trainers/evaluate.py",
                        "psmm_tf/export/export_saved_model.py", "psmm_tf/export/score.py",
                        "psmm_tf/cli.py"):
             self.assertIn(module, self.names)
+        # Data files read at run time: the serving examples and the corpora's checksums.
+        for data in ("psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv"):
+            self.assertIn(data, self.names)
 
     def test_no_tests_in_the_wheel(self):
         self.assertEqual([n for n in self.names if n.endswith("_test.py")], [])

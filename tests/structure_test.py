@@ -16,10 +16,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The source folders and the package names they are installed as (setup.py's package_dir).
 PACKAGES = {"psmm_tf": REPO_ROOT / "psmm_tf", "psmm_tf.trainers": REPO_ROOT / "trainers",
             "psmm_tf.export": REPO_ROOT / "export"}
-ENTRY_POINTS = ("export/export_saved_model.py",)
-# Not thin yet (issue 13 goes on): flags re-declared and mapped by hand. Listed so that this
-# test notices when they become thin and must move to ENTRY_POINTS.
-NOT_YET_THIN = ("trainers/train.py", "trainers/evaluate.py", "export/score.py")
+ENTRY_POINTS = ("export/export_saved_model.py", "trainers/train.py", "trainers/evaluate.py",
+                "export/score.py")
 MAX_ENTRY_POINT_LINES = 120
 
 
@@ -93,7 +91,7 @@ class StructureTest(unittest.TestCase):
     def test_the_graph_is_read(self):
         modules = library_modules()
         graph = {name: imported_modules(name, path, modules) for name, path in modules.items()}
-        self.assertIn("psmm_tf.workdir", graph["psmm_tf.training.trained_run"])
+        self.assertIn("psmm_tf.workdir", graph["psmm_tf.evaluation.trained_run"])
         self.assertIn("psmm_tf.export.export_lib", graph["psmm_tf.export.export_saved_model"])
         self.assertEqual(find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}), ["a", "b", "c", "a"])
         self.assertIsNone(find_cycle({"a": {"b"}, "b": set()}))
@@ -104,16 +102,44 @@ class StructureTest(unittest.TestCase):
         cycle = find_cycle(graph)
         self.assertIsNone(cycle, f"import cycle: {' -> '.join(cycle or [])}")
 
+    def test_layers_come_before_their_users(self):
+        # Training uses evaluation (the Evaluator), never the reverse; the core (layers,
+        # losses, models, data) uses neither.
+        modules = library_modules()
+        below = {"psmm_tf.evaluation": ("psmm_tf.training",),
+                 "psmm_tf.data": ("psmm_tf.training", "psmm_tf.evaluation"),
+                 "psmm_tf.models": ("psmm_tf.training", "psmm_tf.evaluation"),
+                 "psmm_tf.layers": ("psmm_tf.training", "psmm_tf.evaluation"),
+                 "psmm_tf.losses": ("psmm_tf.training", "psmm_tf.evaluation")}
+        self.assertIn("psmm_tf.evaluation.evaluator",
+                      imported_modules("psmm_tf.training.train_lib",
+                                       modules["psmm_tf.training.train_lib"], modules))
+        for name, path in modules.items():
+            forbidden = next((v for k, v in below.items() if name.startswith(k)), ())
+            for target in imported_modules(name, path, modules):
+                with self.subTest(module=name, imports=target):
+                    self.assertFalse(target.startswith(forbidden), f"{name} imports {target}")
+
     def test_entry_points_are_thin(self):
         for entry_point in ENTRY_POINTS:
             with self.subTest(entry_point=entry_point):
                 lines = (REPO_ROOT / entry_point).read_text().count("\n")
                 self.assertLess(lines, MAX_ENTRY_POINT_LINES)
-        for entry_point in NOT_YET_THIN:
-            with self.subTest(entry_point=entry_point):
-                lines = (REPO_ROOT / entry_point).read_text().count("\n")
-                self.assertGreaterEqual(lines, MAX_ENTRY_POINT_LINES, "now thin: move it to "
-                                        "ENTRY_POINTS")
+
+    def test_tests_share_helpers_through_testing_modules_only(self):
+        # Helpers live in psmm_tf/testing.py, export/testing.py or tests/train_testlib.py.
+        folders = [*PACKAGES.values(), REPO_ROOT / "tests"]
+        for path in sorted(p for folder in folders for p in folder.rglob("*_test.py")
+                           if ".venv" not in p.parts):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                # `import a.b_test`, `from a.b_test import f` and `from a import b_test`.
+                names = [alias.name for alias in node.names] + [getattr(node, "module", None)
+                                                                or ""]
+                for name in names:
+                    with self.subTest(test=str(path.relative_to(REPO_ROOT)), imports=name):
+                        self.assertFalse(name.endswith("_test"), f"{path} imports {name}")
 
     def test_run_file_names_are_spelled_in_workdir_only(self):
         names = {run_files.CONFIG_FILE, run_files.VOCAB_HASH_FILE, run_files.LOCK_FILE,

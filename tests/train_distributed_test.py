@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 import tensorflow as tf
-from train_testlib import run_script, start_script
 
+from psmm_tf.testing import run_script, start_script
 from psmm_tf.training import reporting
 
 FLAGS = ["--preset=tiny", "--synthetic_train_tokens=3000", "--steps_per_epoch=6", "--epochs=1",

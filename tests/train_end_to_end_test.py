@@ -12,9 +12,10 @@ from train_testlib import shared_data_dir, tiny_config
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data.corpus import load_splits
 from psmm_tf.data.vocabulary import Vocabulary
+from psmm_tf.evaluation import report, trained_run
+from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import build_model
-from psmm_tf.training import checkpointing, evaluation_report, reporting, train_lib
-from psmm_tf.training.evaluation import Evaluator
+from psmm_tf.training import checkpointing, reporting, train_lib
 from psmm_tf.training.steps import TrainStep
 
 
@@ -68,7 +69,7 @@ class SyntheticRunTest(tf.test.TestCase):
         baseline = self.get_temp_dir() + "/lstm"
         train_lib.run(config.replace(model={"kind": "lstm"}), baseline, verbose=0)
         out = self.get_temp_dir() + "/report"
-        metrics = evaluation_report.evaluation_report(
+        metrics = report.evaluation_report(
             workdir, out, split="test", baseline_workdir=baseline, max_tokens=300,
             num_examples=4)
         self.assertAllClose(metrics["perplexity"], results["test_perplexity"], rtol=1e-6)
@@ -150,7 +151,7 @@ class RealCorpusTest(tf.test.TestCase):
         self.assertEqual(stored.model.vocab_size, 10000)  # the PTB vocabulary, <eos> included
         # Three steps from the start: better than the same model as initialised (rebuilt from
         # its seeded config), still far from trained.
-        run = evaluation_report.load_trained_run(workdir)
+        run = trained_run.load_trained_run(workdir)
         test_ids = run.corpus.ids["test"][:400]
         initial = Evaluator(build_model(stored.model)).evaluate(test_ids).perplexity
         self.assertAllClose(Evaluator(run.model).evaluate(test_ids).perplexity,

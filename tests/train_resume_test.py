@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import tensorflow as tf
-from train_testlib import run_script, start_script
 
+from psmm_tf.testing import run_script, start_script
 from psmm_tf.training import reporting
 
 # Two epochs of 150 steps, dropout and zoneout on (their random state must be restored too),

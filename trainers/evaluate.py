@@ -42,6 +42,8 @@ flags.DEFINE_enum("model_source", "best", ["best", "latest"], "The run's model t
                   "checkpoint); the output names it.")
 flags.DEFINE_string("data_dir", None, "Where the corpus files are, if they moved since "
                     "training (real corpora only; read, never written).")
+flags.DEFINE_string("tfds_data_dir", None, "Where the corpus is prepared as a TFDS dataset, if "
+                    "not where the run's config says (real corpora only).")
 flags.DEFINE_integer("max_tokens", None, "Evaluate the first tokens of the split only.",
                      lower_bound=2)
 flags.DEFINE_integer("batch_size", 1, "Streams read side by side (1: exact).", lower_bound=1)
@@ -66,71 +68,14 @@ flags.DEFINE_list("cache_thetas", None, "Thetas of --cache_grid (default: "
 flags.DEFINE_list("cache_lambdas", None, "Lambdas of --cache_grid (default: "
                   "0.05,0.1,0.15,0.2,0.3,0.4).")
 flags.register_validator("workdir", bool, message="is required: a training run's folder.")
-cli.define_version_flag(FLAGS)
-
-PROGRAM = "psmm-evaluate"
 flags.register_validator("cache_window", lambda v: v is None or v >= 1,
                          message="must be an integer >= 1 (hidden states in the cache).")
 flags.register_validator("cache_theta", lambda v: v is None or v >= 0, message="must be >= 0.")
 flags.register_validator("cache_lambda", lambda v: v is None or 0 <= v <= 1,
                          message="must be in [0, 1].")
+cli.define_version_flag(FLAGS)
 
-
-def _positions():
-    if FLAGS.positions is None:
-        return None
-    try:
-        values = [int(p) for p in FLAGS.positions]
-    except ValueError:
-        sys.exit(f"FATAL Flags error: --positions must be a comma-separated list of integers, "
-                 f"got {','.join(FLAGS.positions)!r}.")
-    if any(v < 0 for v in values):
-        sys.exit("FATAL Flags error: --positions must be target indices >= 0.")
-    return values
-
-
-def _floats(name, check, expected):
-    """The floats of list flag --`name`, each passing `check`, else exit naming the flag."""
-    values = getattr(FLAGS, name)
-    try:
-        numbers = [float(v) for v in values]
-    except ValueError:
-        numbers = None
-    if not numbers or not all(check(x) for x in numbers):
-        sys.exit(f"FATAL Flags error: --{name} must be a comma-separated list of {expected}, "
-                 f"got {','.join(values)!r}.")
-    return tuple(numbers)
-
-
-def _cache_options():
-    """The neural cache flags as keyword arguments of `CacheSettings` (None: no cache)."""
-    cache_flags = ("cache_theta", "cache_lambda", "cache_grid", "cache_thetas", "cache_lambdas")
-    if FLAGS.cache_window is None:
-        given = [f"--{name}" for name in cache_flags if FLAGS[name].present]
-        if given:
-            sys.exit(f"FATAL Flags error: {', '.join(given)} given without --cache_window "
-                     "(the number of hidden states in the cache).")
-        return None
-    options = {"window": FLAGS.cache_window, "search": FLAGS.cache_grid}
-    if FLAGS.cache_grid:
-        given = [f"--{n}" for n in ("cache_theta", "cache_lambda") if FLAGS[n].present]
-        if given:
-            sys.exit(f"FATAL Flags error: {', '.join(given)} cannot be combined with "
-                     "--cache_grid, which chooses them; give --cache_thetas/--cache_lambdas.")
-        if FLAGS.cache_thetas is not None:
-            options["thetas"] = _floats("cache_thetas", lambda x: x >= 0, "thetas >= 0")
-        if FLAGS.cache_lambdas is not None:
-            options["lambdas"] = _floats("cache_lambdas", lambda x: 0 <= x <= 1,
-                                         "lambdas in [0, 1]")
-    else:
-        given = [f"--{n}" for n in ("cache_thetas", "cache_lambdas") if FLAGS[n].present]
-        if given:
-            sys.exit(f"FATAL Flags error: {', '.join(given)} given without --cache_grid.")
-        if FLAGS.cache_theta is not None:
-            options["theta"] = FLAGS.cache_theta
-        if FLAGS.cache_lambda is not None:
-            options["lam"] = FLAGS.cache_lambda
-    return options
+PROGRAM = "psmm-evaluate"
 
 
 def _main(argv):
@@ -138,52 +83,20 @@ def _main(argv):
         cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
     # TensorFlow's own INFO lines (one per checkpoint shard) would drown the progress.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    from pathlib import Path
+    from psmm_tf.evaluation import evaluate_lib
 
-    from psmm_tf import workdir as run_files
-
-    cache_options = _cache_options()
-    workdir = Path(FLAGS.workdir)
-    for needed in (run_files.CONFIG_FILE, run_files.VOCAB_FILE):
-        if not (workdir / needed).is_file():
-            sys.exit(f"FATAL Flags error: --workdir={workdir} has no {needed}; expected the "
-                     "folder of a training run.")
-    positions = _positions()
-    from psmm_tf.training import analysis, cache_evaluation, evaluation_report
-
-    if FLAGS.baseline_workdir is not None:
-        try:  # before any work: the comparison ends with the Figure 4 chart
-            analysis.require_matplotlib()
-        except ImportError as err:
-            sys.exit(f"FATAL --baseline_workdir: {err}")
-
-    cache = None if cache_options is None else cache_evaluation.CacheSettings(**cache_options)
-    output_dir = FLAGS.output_dir or run_files.evaluation_dir(workdir, FLAGS.split)
     try:
-        metrics = evaluation_report.evaluation_report(
-            workdir, output_dir, split=FLAGS.split, baseline_workdir=FLAGS.baseline_workdir,
-            data_dir=FLAGS.data_dir, max_tokens=FLAGS.max_tokens, batch_size=FLAGS.batch_size,
-            length=FLAGS.length, num_buckets=FLAGS.num_buckets, bucket_by=FLAGS.bucket_by,
-            positions=positions, num_examples=FLAGS.num_examples, cache=cache,
-            model_source=FLAGS.model_source)
-    except evaluation_report.RunLoadError as err:
-        sys.exit(f"FATAL {err}")  # names the file, split or --data_dir; nothing written
-    print(f"model: {run_files.describe_model_source(FLAGS.model_source, metrics['model_path'])}")
-    print(f"{metrics['model']} {FLAGS.split} perplexity {metrics['perplexity']:.2f} "
-          f"({metrics['num_targets']} targets), mean gate {metrics['gate']['mean']:.3f}")
-    if "pointer" in metrics:
-        from psmm_tf.training import pointer_diagnostics
-
-        print("pointer diagnostics:")
-        for line in pointer_diagnostics.format_pointer_diagnostics(metrics["pointer"]):
-            print(f"  {line}")
-    if "baseline_perplexity" in metrics:
-        print(f"baseline {FLAGS.split} perplexity {metrics['baseline_perplexity']:.2f}; ratio "
-              f"{metrics['perplexity'] / metrics['baseline_perplexity']:.3f}")
-        print((Path(output_dir) / "frequency_buckets.md").read_text())
-    if "neural_cache" in metrics:
-        print(cache_evaluation.format_cache_metrics(metrics["neural_cache"]))
-    print(f"report written to {output_dir}")
+        cache = evaluate_lib.cache_option(
+            FLAGS.cache_window, [n for n in evaluate_lib.CACHE_OPTIONS if FLAGS[n].present],
+            **{name: FLAGS[name].value for name in evaluate_lib.CACHE_OPTIONS})
+        evaluate_lib.check_workdir(FLAGS.workdir)
+        positions = evaluate_lib.positions_option(FLAGS.positions)
+        lines = evaluate_lib.run_evaluation(
+            FLAGS.workdir, positions=positions, cache=cache,
+            **{name: FLAGS[name].value for name in evaluate_lib.REPORT_OPTIONS})
+    except evaluate_lib.CommandError as err:
+        sys.exit(f"FATAL {err}")
+    print("\n".join(lines))
 
 
 def main(argv=None):

@@ -1,26 +1,20 @@
 """psmm-evaluate on tiny runs: the printed perplexity, the report files, and refused flags."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import tensorflow as tf
 
 from psmm_tf import configs
+from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.evaluation.trained_run import load_trained_run
+from psmm_tf.testing import run_script
 from psmm_tf.training import train_lib
-from psmm_tf.training.evaluation import Evaluator
-from psmm_tf.training.evaluation_report import load_trained_run
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _evaluate(*args):
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, str(REPO_ROOT / "trainers" / "evaluate.py"), *args],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    return run_script("trainers/evaluate.py", args)
 
 
 class EvaluateCommandTest(tf.test.TestCase):

@@ -50,6 +50,62 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertIsNone(config.train.pointer_clip_norm)
         self.assertEqual(config.train.clip_norm, 1.0)
 
+    def test_override_sets_fields_without_a_flag_by_their_type(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--override=train.keep_checkpoints=7",
+                            "--override=model.switch_units=32", "--override=train.eval_length=50",
+                            "--override=model.base_model=none")
+        self.assertEqual((config.train.keep_checkpoints, config.model.switch_units,
+                          config.train.eval_length), (7, 32, 50))
+        self.assertIsInstance(config.train.keep_checkpoints, int)
+        self.assertIsNone(config.model.base_model)
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--override=data.synthetic_seed=3")
+        self.assertEqual(config.data.synthetic_seed, 3)
+
+    def test_tfds_data_dir_is_a_real_corpus_flag(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--dataset=ptb", "--data_dir=/data/ptb",
+                            "--tfds_data_dir=/tmp/tfds")
+        self.assertEqual((config.data.data_dir, config.data.tfds_data_dir),
+                         ("/data/ptb", "/tmp/tfds"))
+        with flagsaver.flagsaver(), self.assertRaisesRegex(
+                app.UsageError, r"--tfds_data_dir cannot be used with --dataset=synthetic"):
+            _parse("--workdir=/tmp/w", "--dataset=synthetic", "--tfds_data_dir=/tmp/tfds")
+
+    def test_bad_overrides_name_the_override(self):
+        cases = [
+            ("train.nope=1", r"--override=train.nope=1: expected section.field=value"),
+            ("optimizer.lr=1", r"expected section.field=value with a field of model, train"),
+            ("train.keep_checkpoints", r"expected section.field=value"),
+            ("train.keep_checkpoints=many", r"'many' is not an integer"),
+            ("train.batch_size=8", r"train.batch_size has its own flag, --batch_size"),
+            ("model.input_dropout=0.2", r"has its own flag, --dropout"),
+            ("train.keep_checkpoints=0", r"keep_checkpoints must be an integer >= 1, got 0"),
+            ("train.eval_length=none", r"'none' is not an integer"),  # not optional
+        ]
+        for override, message in cases:
+            with self.subTest(override=override), flagsaver.flagsaver():
+                with self.assertRaisesRegex(app.UsageError, message):
+                    _parse("--workdir=/tmp/w", f"--override={override}")
+
+    def test_help_notes_give_each_flags_preset_value(self):
+        from psmm_tf.trainers import config_flags
+
+        notes = config_flags.preset_notes("medium")
+        medium = configs.get_preset("medium")
+        self.assertEqual(notes["num_predicted"],
+                         f"default from --preset=medium: {medium.train.num_predicted}")
+        self.assertEqual(notes["epochs"], f"default from --preset=medium: "
+                                          f"{medium.train.max_epochs}")
+        self.assertEqual(notes["pointer_clip_norm"], "default from --preset=medium: "
+                                                     f"{medium.train.pointer_clip_norm}")
+        self.assertEqual(notes["initial_gate"], "default from --preset=medium: 0")
+        self.assertEqual(notes["context_length"],
+                         "default from --preset=medium: unset (window_size - 1)")
+        # Every config flag has a note, and only those.
+        self.assertEqual(set(notes), {spec.name for spec in config_flags.CONFIG_FLAGS})
+
     def test_adam_without_learning_rate_gets_adams_default(self):
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--optimizer=adam")

@@ -6,13 +6,21 @@ Each example is one line of the corpus, `{"text": tfds.features.Text()}`, in cor
 shuffle them). Splits are train / validation / test. The builders first look for a local copy
 in `manual_dir` (plain or gzipped files, directly there or in the archive's folder, e.g.
 `simple-examples/data/` or `wikitext-2/`) and build the splits found there, offline; without a
-local copy they download the official archive through `dl_manager`.
+local copy they download the official archive through `dl_manager` (WikiText: the author's
+mirror first, the original S3 address second; the archives' sizes and SHA-256 are in
+`checksums.tsv` beside this module, where TFDS looks for them). `manual_dir` is only read.
 
-Importing this module registers the builders with TFDS, so `tfds.builder("ptb")` finds them.
+Each prepared dataset records where its lines came from in its metadata (`metadata.json`):
+`source_sha256` over the split files' names and bytes (or the archive's URL), so that
+`psmm_tf.data.tfds_corpus` reuses a prepared dataset only for the same files.
+
+Importing this module registers the builders with TFDS, so `tfds.builder("ptb")` finds them, and
+`tfds build --imports=psmm_tf.data.tfds_builders ptb --manual_dir=<folder>` prepares one.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Optional
 
 import numpy as np
@@ -42,7 +50,7 @@ class _LineCorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
 
     # Set by subclasses.
     CORPUS_DATASET = ""  # The `psmm_tf.data.corpus` dataset key (file names of the splits).
-    URL: Optional[str] = None  # Official archive; None if there is nothing to download.
+    URLS: tuple = ()  # Official archive (and mirrors of it), tried in order; () for none.
     SUBDIRS = ("",)  # Folders (relative to manual_dir or the extracted archive) to search.
     DESCRIPTION = ""
     HOMEPAGE = ""
@@ -56,18 +64,23 @@ class _LineCorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
             homepage=self.HOMEPAGE,
             citation=self.CITATION,
             disable_shuffling=True,
+            metadata=tfds.core.MetadataDict(),
         )
 
-    def _expected_files(self) -> str:
-        names = [n for s in corpus.SPLITS for n in corpus.split_file_names(self.CORPUS_DATASET, s)]
-        folders = [f"{d}/" if d else "./" for d in self.SUBDIRS]
+    @classmethod
+    def expected_files(cls) -> str:
+        """The file names and folders looked for in manual_dir, for error messages."""
+        names = [n for s in corpus.SPLITS for n in corpus.split_file_names(cls.CORPUS_DATASET, s)]
+        folders = [f"{d}/" if d else "./" for d in cls.SUBDIRS]
         return f"one of {', '.join(names)} in one of the folders {', '.join(folders)}"
 
-    def _find_files(self, root) -> dict:
-        for subdir in self.SUBDIRS:
+    @classmethod
+    def find_files(cls, root) -> dict:
+        """Split name ("train", "valid", "test") -> file, from the first folder holding any."""
+        for subdir in cls.SUBDIRS:
             directory = root / subdir if subdir else root
             if directory.is_dir():
-                files = corpus.find_split_files(directory, self.CORPUS_DATASET)
+                files = corpus.find_split_files(directory, cls.CORPUS_DATASET)
                 if files:
                     return files
         return {}
@@ -77,26 +90,37 @@ class _LineCorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True
             manual_dir = dl_manager.manual_dir
         except (AssertionError, ValueError):  # Missing or empty: TFDS raises, we fall back.
             manual_dir = None
-        files = self._find_files(manual_dir) if manual_dir is not None else {}
-        if not files:
-            files = self._download(dl_manager)
+        files = self.find_files(manual_dir) if manual_dir is not None else {}
+        if files:
+            source = source_fingerprint(files)
+        else:
+            url, files = self._download(dl_manager)
+            source = source_fingerprint(url=url)
+        self.info.metadata["source_sha256"] = source
         return {_TFDS_SPLITS[s]: self._generate_examples(path) for s, path in files.items()}
 
-    def _download(self, dl_manager: tfds.download.DownloadManager) -> dict:
-        where = f"No local copy of {self.name} in manual_dir ({self._expected_files()})"
-        if self.URL is None:
+    def _download(self, dl_manager: tfds.download.DownloadManager) -> tuple:
+        where = f"No local copy of {self.name} in manual_dir ({self.expected_files()})"
+        if not self.URLS:
             raise FileNotFoundError(f"{where}, and {self.name} has nothing to download.")
-        try:
-            extracted = dl_manager.download_and_extract(self.URL)
-        except Exception as err:  # Offline machines: say what to put where, keep the cause.
-            raise FileNotFoundError(f"{where}, and downloading {self.URL} failed: {err}") from err
-        files = self._find_files(extracted)
-        if not files:
-            raise FileNotFoundError(
-                f"The archive {self.URL} extracted to {extracted} holds none of the expected "
-                f"files ({self._expected_files()})."
-            )
-        return files
+        failures = []
+        for url in self.URLS:
+            try:
+                extracted = dl_manager.download_and_extract(url)
+            except Exception as err:  # Offline, or a dead host: try the next, keep the cause.
+                failures.append(f"{url}: {err}")
+                continue
+            files = self.find_files(extracted)
+            if not files:
+                raise FileNotFoundError(
+                    f"The archive {url} extracted to {extracted} holds none of the expected "
+                    f"files ({self.expected_files()})."
+                )
+            return url, files
+        raise FileNotFoundError(
+            f"{where}, and downloading failed ({'; '.join(failures)}). Download the archive "
+            f"yourself and pass the folder holding its files as manual_dir (--data_dir)."
+        )
 
     def _generate_examples(self, path):
         for index, line in enumerate(corpus.iter_lines(path)):
@@ -108,7 +132,7 @@ class Ptb(_LineCorpusBuilder):
 
     name = "ptb"
     CORPUS_DATASET = "ptb"
-    URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
+    URLS = ("http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz",)
     SUBDIRS = ("", "simple-examples/data", "data")
     DESCRIPTION = "Penn Treebank as preprocessed by Mikolov et al.: 10k words, one sentence/line."
     HOMEPAGE = "http://www.fit.vutbr.cz/~imikolov/rnnlm/"
@@ -124,7 +148,12 @@ class Wikitext2(_LineCorpusBuilder):
 
     name = "wikitext2"
     CORPUS_DATASET = "wikitext2"
-    URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip"
+    # The S3 bucket answers 403 since 2024 (pytorch/text#2233); the author's mirror serves the
+    # same archive (ooples/AiDotNet#1284). checksums.tsv pins both to the same SHA-256.
+    URLS = (
+        "https://wikitext.smerity.com/wikitext-2-v1.zip",
+        "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip",
+    )
     SUBDIRS = ("", "wikitext-2")
     DESCRIPTION = "WikiText-2 (v1, tokenised, <unk> for rare words), one line per example."
     HOMEPAGE = "https://www.salesforce.com/blog/the-wikitext-long-term-dependency-language-modeling-dataset/"
@@ -141,7 +170,10 @@ class Wikitext103(Wikitext2):
 
     name = "wikitext103"
     CORPUS_DATASET = "wikitext103"
-    URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"
+    URLS = (
+        "https://wikitext.smerity.com/wikitext-103-v1.zip",
+        "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip",
+    )
     SUBDIRS = ("", "wikitext-103")
     DESCRIPTION = "WikiText-103 (v1, tokenised, <unk> for rare words), one line per example."
     MANUAL_DOWNLOAD_INSTRUCTIONS = Wikitext2.MANUAL_DOWNLOAD_INSTRUCTIONS.replace(
@@ -158,6 +190,28 @@ class PlainText(_LineCorpusBuilder):
     MANUAL_DOWNLOAD_INSTRUCTIONS = (
         "Required. Put train.txt, valid.txt and/or test.txt (or .txt.gz) in manual_dir."
     )
+
+
+def source_fingerprint(files: Optional[dict] = None, url: Optional[str] = None) -> str:
+    """SHA-256 naming the source of a prepared dataset: its split files' names and bytes, or a URL.
+
+    Args:
+        files: dict split name -> path (`find_files`), or None.
+        url: str. The downloaded archive's address, where there are no local files.
+
+    Returns:
+        str. 64 hex digits; equal for byte-identical files under the same names.
+    """
+    digest = hashlib.sha256()
+    if url is not None:
+        digest.update(f"url:{url}\n".encode())
+    for split, path in sorted((files or {}).items()):
+        digest.update(f"{split}:{path.name}:".encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\n")
+    return digest.hexdigest()
 
 
 BUILDERS = {cls.name: cls for cls in (Ptb, Wikitext2, Wikitext103, PlainText)}

@@ -97,10 +97,46 @@ class TfdsBuildersTest(testing.TestCase):
         with self.assertRaisesRegex(
             FileNotFoundError,
             r"No local copy of ptb in manual_dir \(one of ptb\.train\.txt.*simple-examples/data/"
-            r".*downloading http://www\.fit\.vutbr\.cz/~imikolov/rnnlm/simple-examples\.tgz "
-            r"failed: Failed to resolve",
+            r".*downloading failed \(http://www\.fit\.vutbr\.cz/~imikolov/rnnlm/"
+            r"simple-examples\.tgz: Failed to resolve .*\)\. Download the archive yourself and "
+            r"pass the folder",
         ):
             builder._split_generators(_FakeDownloadManager())
+
+    def test_download_tries_the_mirror_then_the_original_address(self):
+        extracted = self.manual_dir / "wikitext-2"
+        extracted.mkdir()
+        (extracted / "wiki.test.tokens").write_text(" = T = \n", encoding="utf-8")
+        tried = []
+
+        class MirrorDown(_FakeDownloadManager):
+            def download_and_extract(self, url):
+                tried.append(url)
+                if "smerity" in url:
+                    raise OSError("503 Service Unavailable")
+                return extracted.parent
+
+        builder = tfds_builders.Wikitext2(data_dir=self.data_dir)
+        splits = builder._split_generators(MirrorDown())
+        self.assertEqual(tried, list(tfds_builders.Wikitext2.URLS))
+        self.assertEqual(sorted(splits), ["test"])
+        self.assertEqual(list(splits["test"]), [(0, {"text": " = T = "})])
+        self.assertEqual(
+            builder.info.metadata["source_sha256"],
+            tfds_builders.source_fingerprint(url=tfds_builders.Wikitext2.URLS[1]),
+        )
+
+    def test_checksums_of_the_official_archives(self):
+        # checksums.tsv beside the builders, as TFDS reads it: size and SHA-256 per archive.
+        for builder, size, sha256 in [
+            (tfds_builders.Wikitext2, 4_475_746, "92675f1d63015c1c8b51f1656a52d5bd"),
+            (tfds_builders.Wikitext103, 190_229_076, "242ba0f20b329cfdf1ccc61e9e9e5b59"),
+        ]:
+            infos = builder.url_infos
+            for url in builder.URLS:
+                self.assertEqual(int(infos[url].size), size, url)
+                self.assertTrue(infos[url].checksum.startswith(sha256), url)
+        self.assertNotIn(tfds_builders.Ptb.URLS[0], tfds_builders.Ptb.url_infos)  # Unpublished.
 
     def test_plain_text_without_files(self):
         (self.manual_dir / "readme.md").write_text("nothing here", encoding="utf-8")

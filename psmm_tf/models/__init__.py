@@ -9,7 +9,6 @@ from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.inputs import validate_inputs
 from psmm_tf.models.language_model import LanguageModel
 from psmm_tf.models.lstm_lm import LSTMLanguageModel
-from psmm_tf.models.neural_cache import NeuralCache, cache_grid_search, cache_log_likelihoods
 from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
 from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
@@ -108,9 +107,6 @@ __all__ = [
     "LanguageModel",
     "LanguageModelPreprocessor",
     "MODEL_CLASSES",
-    "NeuralCache",
-    "cache_grid_search",
-    "cache_log_likelihoods",
     "PointerSentinelLM",
     "PointerSoftmaxLM",
     "build_model",

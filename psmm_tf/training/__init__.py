@@ -1,17 +1,14 @@
-"""Training and evaluation: the training loop, schedule, checkpoints, exact evaluation, analysis.
+"""Training: the loop, steps, schedule, checkpoints, distribution and the run's reports.
 
-`train_lib.run(config, workdir)` trains (or resumes) a run; `Evaluator` computes exact
-perplexity; `analysis` and `visualisation` reproduce the paper's Figure 4 and Figures 5-12.
+`train_lib.run(config, workdir)` trains (or resumes) a run; exact evaluation, the neural cache
+and the analysis live in `psmm_tf.evaluation`.
 """
 
-from psmm_tf.training.evaluation import EvaluationResult, Evaluator
 from psmm_tf.training.schedule import EpochDecision, PlateauSchedule
 from psmm_tf.training.train_lib import NonFiniteLossError, run
 
 __all__ = [
     "EpochDecision",
-    "EvaluationResult",
-    "Evaluator",
     "NonFiniteLossError",
     "PlateauSchedule",
     "run",

@@ -86,3 +86,27 @@ def worker_name(strategy):
     if is_chief(strategy) or resolver is None:
         return "chief"
     return f"{resolver.task_type}_{resolver.task_id}"
+
+
+def make_strategy(name, logical_cpus=0):
+    """The `tf.distribute.Strategy` named `name` ("default" -> None, "mirrored", "multi_worker").
+
+    Args:
+        name: "default" (one device), "mirrored" (all local GPUs, or the `logical_cpus` CPU
+            devices where there is no GPU) or "multi_worker" (the cluster in TF_CONFIG).
+        logical_cpus: int. Split the CPU into this many logical devices first (0: no split).
+    """
+    if logical_cpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * logical_cpus)
+    if name == "mirrored":
+        devices = None
+        if logical_cpus and not tf.config.list_physical_devices("GPU"):
+            devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name != "default":
+        raise ValueError(f"strategy must be default, mirrored or multi_worker, got {name!r}.")
+    return None

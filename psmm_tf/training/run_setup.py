@@ -17,8 +17,9 @@ from absl import logging
 
 from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
+from psmm_tf.data import corpus_setup
 from psmm_tf.data.pipeline import steps_per_epoch
-from psmm_tf.training import corpus_setup, distribution
+from psmm_tf.training import distribution
 
 
 class RunRefusedError(ValueError):
@@ -28,10 +29,11 @@ class RunRefusedError(ValueError):
 class WorkdirLockedError(RunRefusedError):
     """Another run holds the workdir's lock file."""
 
-# Fields a resumed run may change: they affect how long or how fast it runs, not what it learns.
+# Fields a resumed run may change: they affect how long or how fast it runs, or where its corpus
+# is prepared (TFDS), not what it learns.
 RESUMABLE_CHANGES = frozenset({
     "train.max_epochs", "train.jit_compile", "train.checkpoint_every_steps",
-    "train.keep_checkpoints",
+    "train.keep_checkpoints", "data.tfds_data_dir",
 })
 
 

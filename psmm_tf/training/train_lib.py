@@ -21,15 +21,15 @@ from absl import logging
 
 from psmm_tf import workdir as run_files
 from psmm_tf.data.pipeline import steps_per_epoch, training_windows
+from psmm_tf.evaluation import pointer_diagnostics
+from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import LanguageModelPreprocessor, build_model
 from psmm_tf.training import (
     checkpointing,
     distribution,
-    pointer_diagnostics,
     reporting,
     run_setup,
 )
-from psmm_tf.training.evaluation import Evaluator
 from psmm_tf.training.schedule import PlateauSchedule
 from psmm_tf.training.steps import TrainStep
 
@@ -268,3 +268,15 @@ def _remove_new_entries(workdir, before):
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def format_results(results):
+    """The lines psmm-train prints for `run`'s results: perplexities, pointer diagnostics."""
+    lines = [f"best valid perplexity {results['best_valid_perplexity']:.2f}"
+             + (f", test perplexity {results['test_perplexity']:.2f}"
+                if "test_perplexity" in results else "")]
+    if "pointer" in results:
+        lines.append("pointer diagnostics (valid):")
+        lines += [f"  {line}"
+                  for line in pointer_diagnostics.format_pointer_diagnostics(results["pointer"])]
+    return "\n".join(lines)

@@ -33,8 +33,8 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.data.pipeline import evaluation_windows
+from psmm_tf.evaluation.analysis import target_in_window
 from psmm_tf.layers import neural_cache, pointer_mass, vocab_log_prob
-from psmm_tf.training.analysis import target_in_window
 
 DEFAULT_THETAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 DEFAULT_LAMBDAS = tuple(np.round(np.arange(0.0, 0.91, 0.05), 2))

@@ -6,8 +6,8 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf import configs
+from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import build_model
-from psmm_tf.training.evaluation import Evaluator
 
 
 def _model(kind, window_size=6):

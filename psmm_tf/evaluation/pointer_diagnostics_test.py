@@ -7,10 +7,10 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.configs import ModelConfig
+from psmm_tf.evaluation import pointer_diagnostics as diagnostics
+from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import build_model
 from psmm_tf.testing import reference_cache_log_probs
-from psmm_tf.training import pointer_diagnostics as diagnostics
-from psmm_tf.training.evaluation import Evaluator
 
 V, D, L = 13, 8, 5
 

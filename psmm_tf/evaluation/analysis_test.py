@@ -7,7 +7,7 @@ from unittest import mock
 import numpy as np
 import tensorflow as tf
 
-from psmm_tf.training import analysis, visualisation
+from psmm_tf.evaluation import analysis, figures
 
 
 class FrequencyBucketsTest(tf.test.TestCase):
@@ -68,7 +68,7 @@ class FrequencyBucketsTest(tf.test.TestCase):
 
 class AttentionPageTest(tf.test.TestCase):
     def test_shading_follows_attention_and_escapes_words(self):
-        page = visualisation.render_attention_html([{
+        page = figures.render_attention_html([{
             "position": 7, "words": ["the", "<unk>", "yellen"], "weights": [0.1, 0.0, 0.4],
             "target": "yellen", "gate": 0.5, "probability": 0.45}])
         self.assertIn("gate g = 0.500", page)
@@ -80,7 +80,7 @@ class AttentionPageTest(tf.test.TestCase):
     def test_choose_positions_prefers_low_gate_copyable_targets(self):
         gate = np.array([0.9, 0.1, 0.8, 0.05, 0.3, 0.99])
         in_window = np.array([True, True, False, False, True, True])
-        positions = visualisation.choose_positions(gate, in_window, count=4)
+        positions = figures.choose_positions(gate, in_window, count=4)
         self.assertLen(positions, 4)
         self.assertContainsSubset([1, 4, 0], positions)  # the 3 lowest copyable gates
 

@@ -5,14 +5,11 @@ from pathlib import Path
 
 import numpy as np
 
-from psmm_tf.data import synthetic
+from psmm_tf.data import synthetic, tfds_corpus
 from psmm_tf.data.corpus import load_splits
 from psmm_tf.data.synthetic import write_synthetic_splits
 from psmm_tf.data.vocabulary import Vocabulary
 
-# Dataset names of `DataConfig` -> the file layout `load_splits` reads.
-_FILE_LAYOUT = {"synthetic": "text", "ptb": "ptb", "wikitext2": "wikitext2",
-                "wikitext103": "wikitext103", "text": "text"}
 ROLES = ("train", "valid", "test")
 
 
@@ -26,7 +23,8 @@ class Corpus:
             is missing is absent.
         train_counts: int64 `(vocab_size,)`. Count of each id in the training ids (the word
             frequencies of the paper's Figure 4 buckets).
-        data_dir: Path. Where the corpus files are.
+        data_dir: Path. Where the corpus files are (the prepared TFDS dataset where a real
+            corpus was downloaded, not read from a data_dir).
     """
 
     vocabulary: Vocabulary
@@ -56,6 +54,10 @@ def synthetic_directory(data_config, scratch_dir):
 def load_corpus(data_config, scratch_dir=None, vocabulary=None):
     """Reads (or, for "synthetic", first writes into `scratch_dir`) a corpus; encodes its splits.
 
+    The real corpora (ptb, wikitext2, wikitext103, text) go through their TFDS builders
+    (`psmm_tf.data.tfds_corpus`): prepared once from `data_dir` into `tfds_data_dir`, then read
+    from there; the files of `data_dir` are checked before anything is written.
+
     Args:
         data_config: `psmm_tf.configs.DataConfig`.
         scratch_dir: str or path. The run's own folder where the synthetic corpus is written
@@ -69,9 +71,10 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None):
         A `Corpus`.
 
     Raises:
-        ValueError: no `data_dir` for a real corpus, a `data_dir` for "synthetic", or no file
-            for the training role.
-        FileNotFoundError: the directory or its files are missing.
+        ValueError: no `data_dir` for "text", a `data_dir` for "synthetic", an unreadable or
+            empty file, or no file for the training role.
+        FileNotFoundError: the directory or its files are missing (and, without a `data_dir`,
+            the download failed).
     """
     dataset = data_config.dataset
     if dataset == "synthetic":
@@ -81,11 +84,11 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None):
                                    train_tokens=data_config.synthetic_train_tokens)
         if vocabulary is None:
             vocabulary = Vocabulary.load(directory / synthetic.VOCAB_FILE)
+        # Generated per run into its workdir: read directly, not prepared as a TFDS dataset.
+        tokens = load_splits(directory, "text")
     else:
-        if data_config.data_dir is None:
-            raise ValueError(f"dataset={dataset!r} needs data_dir: the folder of its files.")
-        directory = Path(data_config.data_dir)
-    tokens = load_splits(directory, _FILE_LAYOUT[dataset])
+        # The TFDS builder of the dataset, prepared once from data_dir (its manual_dir).
+        tokens, directory = tfds_corpus.load_data_config(data_config)
     roles = {"train": data_config.train_split, "valid": data_config.valid_split,
              "test": data_config.test_split}
     if roles["train"] not in tokens:

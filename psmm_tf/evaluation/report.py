@@ -7,16 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from psmm_tf import workdir as run_files
-from psmm_tf.training import (
-    analysis,
-    cache_evaluation,
-    pointer_diagnostics,
-    visualisation,
-)
-from psmm_tf.training.evaluation import Evaluator
-
-# Loading a run lives in `trained_run`; these names stay importable from here.
-from psmm_tf.training.trained_run import RunLoadError, TrainedRun, load_trained_run  # noqa: F401
+from psmm_tf.evaluation import analysis, figures, neural_cache, pointer_diagnostics
+from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
 
 
 def model_label(model_config):
@@ -28,7 +21,7 @@ def model_label(model_config):
 def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
                       max_tokens=None, batch_size=1, length=None, num_buckets=10,
                       bucket_by="types", positions=None, num_examples=8, cache=None,
-                      model_source="best"):
+                      model_source="best", tfds_data_dir=None):
     """Evaluates a run on a split and writes the report files into `output_dir`.
 
     Files: `metrics.json` (perplexity, gate statistics, for a sentinel pointer its diagnostics
@@ -46,11 +39,13 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         num_buckets, bucket_by: frequency buckets (see `analysis.frequency_buckets`).
         positions: optional target indices for the attention page (default: chosen).
         num_examples: int. Examples chosen when `positions` is None.
-        cache: optional `cache_evaluation.CacheSettings`: also evaluate with a neural cache
+        cache: optional `neural_cache.CacheSettings`: also evaluate with a neural cache
             (Grave et al. 2017), its theta and lambda given or searched on the validation
-            split; the result goes under `neural_cache` (see `cache_evaluation.cache_metrics`).
+            split; the result goes under `neural_cache` (see `neural_cache.cache_metrics`).
         model_source: "best" (`model.keras`) or "latest" (the newest checkpoint), for the run
             and the baseline; named in the metrics (`model_source`, `model_path`).
+        tfds_data_dir: optional str. Where the corpus is prepared as a TFDS dataset, if not
+            where the run's config says.
 
     Returns:
         dict: the contents of `metrics.json`.
@@ -59,7 +54,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     if output_dir.exists() and not output_dir.is_dir():
         raise RunLoadError(f"output_dir={output_dir} is a file; expected a folder for the "
                            "report (or a path that does not exist yet).")
-    run = load_trained_run(workdir, data_dir, model_source)
+    run = load_trained_run(workdir, data_dir, model_source, tfds_data_dir)
     if split not in run.corpus.ids:
         raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
                            f"has {sorted(run.corpus.ids)}).")
@@ -86,7 +81,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     if has_pointer and positions is None:
         # A first pass finds where the pointer took the most mass, a second keeps attention.
         first = evaluator.evaluate(ids, collect=True)
-        positions = visualisation.choose_positions(first.gate, in_window, num_examples)
+        positions = figures.choose_positions(first.gate, in_window, num_examples)
     result = evaluator.evaluate(ids, collect=True,
                                 attention_positions=(positions or ()) if has_pointer else ())
     bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
@@ -98,7 +93,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         "gate": analysis.gate_statistics(result.gate, targets, in_window, bucket_of, num_buckets),
     }
     if baseline_workdir is not None:
-        baseline = load_trained_run(baseline_workdir, data_dir, model_source)
+        baseline = load_trained_run(baseline_workdir, data_dir, model_source, tfds_data_dir)
         if baseline.corpus.vocabulary != run.corpus.vocabulary:
             raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
                                f"than {workdir}; the frequency comparison needs the same one.")
@@ -123,7 +118,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         } for j, entry in sorted(result.attention.items())]
         title = f"Pointer attention: {model_label(run.config.model)} on {split} ({workdir})"
         (output_dir / "attention.html").write_text(
-            visualisation.render_attention_html(examples, title), encoding="utf-8")
+            figures.render_attention_html(examples, title), encoding="utf-8")
         metrics["attention_positions"] = sorted(result.attention)
     if pointer_diagnostics.has_sentinel_pointer(run.model):
         metrics["pointer"] = pointer_diagnostics.pointer_diagnostics(
@@ -131,7 +126,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             initial_weights=pointer_diagnostics.load_initial_pointer_weights(
                 Path(workdir) / run_files.INITIAL_POINTER_FILE))
     if cache is not None:
-        metrics["neural_cache"] = cache_evaluation.cache_metrics(
+        metrics["neural_cache"] = neural_cache.cache_metrics(
             cache, split, workdir=workdir, run=run, data_dir=data_dir, max_tokens=max_tokens,
             batch_size=batch_size, length=length)
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_plain))

@@ -1,4 +1,5 @@
-"""The cache evaluation of trained runs against a NumPy loop over Grave et al.'s equations."""
+"""The neural cache on trained runs (`cache_metrics`) against a NumPy loop over Grave et al.'s
+equations."""
 
 import math
 from pathlib import Path
@@ -8,9 +9,15 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from psmm_tf import configs
-from psmm_tf.training import cache_evaluation, train_lib
-from psmm_tf.training.evaluation import Evaluator
-from psmm_tf.training.evaluation_report import load_trained_run
+from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.evaluation.neural_cache import (
+    CacheSettings,
+    cache_grid_search,
+    cache_metrics,
+    format_cache_metrics,
+)
+from psmm_tf.evaluation.trained_run import load_trained_run
+from psmm_tf.training import train_lib
 
 NUM_TOKENS = 61  # 60 targets, read in windows of 7 so the cache crosses window boundaries
 
@@ -40,12 +47,12 @@ def reference_perplexities(model, ids, window, theta, lam):
     return math.exp(-model_log_probs.mean()), math.exp(np.mean(nll))
 
 
-class CacheEvaluationTest(tf.test.TestCase, parameterized.TestCase):
+class CacheMetricsTest(tf.test.TestCase, parameterized.TestCase):
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "cache_evaluation"
+        cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "cache_metrics"
         cls.workdirs = {}
         for kind in configs.MODEL_KINDS:
             workdir = cls.base / kind
@@ -60,9 +67,8 @@ class CacheEvaluationTest(tf.test.TestCase, parameterized.TestCase):
         run = load_trained_run(self.workdirs[kind])
         ids = run.corpus.ids["valid"][:NUM_TOKENS]
         for window, theta, lam in ((5, 0.7, 0.3), (100, 0.2, 0.9)):
-            result = cache_evaluation.evaluate_with_cache(
-                self.workdirs[kind], "valid", window, theta, lam, max_tokens=NUM_TOKENS,
-                length=7)
+            result = cache_metrics(CacheSettings(window, theta, lam), "valid",
+                                   workdir=self.workdirs[kind], max_tokens=NUM_TOKENS, length=7)
             model_ppl, cache_ppl = reference_perplexities(run.model, ids, window, theta, lam)
             self.assertEqual(result["num_targets"], NUM_TOKENS - 1)
             self.assertAllClose(result["model_perplexity"], model_ppl, rtol=2e-6)
@@ -74,8 +80,9 @@ class CacheEvaluationTest(tf.test.TestCase, parameterized.TestCase):
     def test_grid_search_best_is_the_tables_argmin(self):
         workdir = self.workdirs["psmm"]
         thetas, lambdas = (0.0, 0.5, 2.0), (0.0, 0.2, 0.6)
-        search = cache_evaluation.search_cache(workdir, 6, thetas, lambdas, max_tokens=NUM_TOKENS,
-                                               length=9)
+        result = cache_metrics(CacheSettings(6, search=True, thetas=thetas, lambdas=lambdas),
+                               "valid", workdir=workdir, max_tokens=NUM_TOKENS, length=9)
+        search = result["search"]
         table = np.array([entry["perplexity"] for entry in search["grid"]]).reshape(3, 3)
         self.assertEqual([(e["theta"], e["lambda"]) for e in search["grid"]],
                          [(t, lam) for t in thetas for lam in lambdas])
@@ -85,24 +92,24 @@ class CacheEvaluationTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(search["best"]["perplexity"], table.min())
         # lambda = 0 is the model alone, whatever theta.
         self.assertAllClose(table[:, 0], [search["model_perplexity"]] * 3, rtol=1e-6)
-        direct = cache_evaluation.evaluate_with_cache(workdir, "valid", 6, thetas[i], lambdas[j],
-                                                      max_tokens=NUM_TOKENS, length=9)
+        direct = cache_metrics(CacheSettings(6, thetas[i], lambdas[j]), "valid",
+                               workdir=workdir, max_tokens=NUM_TOKENS, length=9)
         self.assertAllClose(direct["perplexity"], table.min(), rtol=1e-6)
+        self.assertEqual(result["perplexity"], direct["perplexity"])
 
     def test_cache_metrics_chooses_on_valid_and_applies_to_the_split(self):
         workdir = self.workdirs["lstm"]
-        settings = cache_evaluation.CacheSettings(window=8, search=True, thetas=(0.1, 1.0),
-                                                  lambdas=(0.1, 0.4))
-        result = cache_evaluation.cache_metrics(settings, "test", workdir=workdir,
-                                                max_tokens=NUM_TOKENS, length=16)
+        settings = CacheSettings(window=8, search=True, thetas=(0.1, 1.0), lambdas=(0.1, 0.4))
+        result = cache_metrics(settings, "test", workdir=workdir, max_tokens=NUM_TOKENS,
+                               length=16)
         best = result["search"]["best"]
         self.assertEqual(result["search"]["split"], "valid")
         self.assertEqual((result["split"], result["theta"], result["lambda"]),
                          ("test", best["theta"], best["lambda"]))
-        direct = cache_evaluation.evaluate_with_cache(workdir, "test", 8, best["theta"],
-                                                      best["lambda"], max_tokens=NUM_TOKENS)
+        direct = cache_metrics(CacheSettings(8, best["theta"], best["lambda"]), "test",
+                               workdir=workdir, max_tokens=NUM_TOKENS)
         self.assertAllClose(result["perplexity"], direct["perplexity"], rtol=1e-6)
-        self.assertIn("best: theta", cache_evaluation.format_cache_metrics(result))
+        self.assertIn("best: theta", format_cache_metrics(result))
 
     def test_rejects_bad_parameters(self):
         cases = [({"window": 0}, r"window must be an integer >= 1 .*got 0"),
@@ -114,9 +121,10 @@ class CacheEvaluationTest(tf.test.TestCase, parameterized.TestCase):
                  ({"window": 5, "search": True, "thetas": ()}, "at least one theta")]
         for kwargs, message in cases:
             with self.subTest(kwargs=kwargs), self.assertRaisesRegex(ValueError, message):
-                cache_evaluation.CacheSettings(**kwargs)
+                CacheSettings(**kwargs)
         with self.assertRaisesRegex(ValueError, r"lambda must be in \[0, 1\] .*got -0.5"):
-            cache_evaluation.evaluate_with_cache(self.workdirs["lstm"], lam=-0.5)
+            cache_grid_search(load_trained_run(self.workdirs["lstm"]).model, [], [0.3], [-0.5],
+                              window=5)
 
 
 if __name__ == "__main__":

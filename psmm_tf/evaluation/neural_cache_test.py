@@ -5,8 +5,8 @@ import tensorflow as tf
 from keras import ops
 
 from psmm_tf import testing
+from psmm_tf.evaluation.neural_cache import NeuralCache, cache_grid_search
 from psmm_tf.models import LSTMLanguageModel, PointerSentinelLM
-from psmm_tf.models.neural_cache import NeuralCache, cache_grid_search
 
 VOCAB = 9  # small, so that words recur and the cache has matches
 
@@ -54,8 +54,10 @@ class NeuralCacheTest(testing.TestCase):
                 "token_ids": text[:, start:start + 8], "targets": text[:, start + 1:start + 9],
                 "token_mask": np.ones((1, 8), bool), "target_weights": np.ones((1, 8), "float32"),
             })
-        results, best = cache_grid_search(model, windows, thetas=[0.1, 1.0], lambdas=[0.0, 0.4],
-                                          window=5)
+        search = cache_grid_search(model, windows, thetas=[0.1, 1.0], lambdas=[0.0, 0.4],
+                                   window=5)
+        results = {(e["theta"], e["lambda"]): e["perplexity"] for e in search["grid"]}
+        best = (search["best"]["theta"], search["best"]["lambda"])
         direct = {}
         for theta in (0.1, 1.0):
             for lam in (0.0, 0.4):
@@ -74,8 +76,14 @@ class NeuralCacheTest(testing.TestCase):
             NeuralCache(model, window=0)
         with self.assertRaisesRegex(ValueError, r"lam must be in \[0, 1\]"):
             NeuralCache(model, lam=1.5)
-        with self.assertRaisesRegex(ValueError, "theta must be >= 0"):
+        with self.assertRaisesRegex(ValueError, "theta must be a finite number >= 0"):
             NeuralCache(model, theta=-1.0)
+        with self.assertRaisesRegex(ValueError, "theta must be a finite number >= 0"):
+            NeuralCache(model, theta=float("inf"))
+        with self.assertRaisesRegex(ValueError, "at least one theta"):
+            cache_grid_search(model, [], thetas=[], lambdas=[0.1], window=5)
+        with self.assertRaisesRegex(ValueError, "no targets"):
+            cache_grid_search(model, [], thetas=[0.1], lambdas=[0.1], window=5)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import keras
 
 from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
-from psmm_tf.training import corpus_setup
+from psmm_tf.data import corpus_setup
 
 
 class RunLoadError(ValueError):
@@ -38,7 +38,7 @@ def load_run_config(workdir, error=ValueError):
     return run_files.load_config(workdir, error)
 
 
-def load_trained_run(workdir, data_dir=None, model_source="best"):
+def load_trained_run(workdir, data_dir=None, model_source="best", tfds_data_dir=None):
     """Loads a run's config, corpus and the model `model_source` names.
 
     Args:
@@ -46,6 +46,8 @@ def load_trained_run(workdir, data_dir=None, model_source="best"):
         data_dir: optional str. Where the corpus files are now, if not where the run read them.
         model_source: "best" (`model.keras`, the best model by validation perplexity) or
             "latest" (the newest readable checkpoint).
+        tfds_data_dir: optional str. Where the corpus is prepared as a TFDS dataset, if not
+            where the run's config says (`DataConfig.tfds_data_dir`).
 
     Returns:
         A `TrainedRun`.
@@ -66,6 +68,8 @@ def load_trained_run(workdir, data_dir=None, model_source="best"):
                 "which is regenerated in its workdir; a data folder is neither read nor "
                 "written for it.")
         config = config.replace(data={"data_dir": str(data_dir)})
+    if tfds_data_dir is not None:
+        config = config.replace(data={"tfds_data_dir": str(tfds_data_dir)})
     vocabulary = run_files.load_vocabulary(workdir, error=RunLoadError)
     try:
         corpus = corpus_setup.load_corpus(

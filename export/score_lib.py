@@ -1,0 +1,160 @@
+"""psmm-score's library: a text's lines scored with an export, the rows it writes.
+
+`export/score.py` parses the flags and calls `run` with them (the option names are the flags'
+names); the clients (in-process, REST, gRPC) are `psmm_tf.export.clients`'.
+"""
+
+import json
+import math
+import sys
+
+import numpy as np
+
+from psmm_tf.export.clients import GrpcClient, LocalClient, RestClient, ServingError
+
+# psmm-score's options, as `run` takes them.
+OPTIONS = ("model", "rest", "grpc", "model_name", "model_version", "input", "format",
+           "independent", "lines_per_request", "timeout")
+
+
+def line_results(outputs, row, first_line):
+    """Splits one row of scoring outputs into per-line results at its `<eos>` tokens."""
+    count = int(outputs["num_tokens"][row])
+    tokens = list(outputs["tokens"][row][:count])
+    log_probs = outputs["log_probs"][row][:count].astype(float)
+    gate = outputs["gate"][row][:count].astype(float)
+    start, line = 0, first_line
+    for end, token in enumerate(tokens, start=1):
+        if token == "<eos>":
+            total = float(np.sum(log_probs[start:end]))
+            yield {"line": line, "tokens": tokens[start:end],
+                   "log_probs": log_probs[start:end].tolist(), "gate": gate[start:end].tolist(),
+                   "num_tokens": end - start, "log_likelihood": total,
+                   "perplexity": math.exp(-total / (end - start))}
+            start, line = end, line + 1
+
+
+def _initial_state(client):
+    """The state of one fresh stream: `initial_state` with one `stream_ids` entry."""
+    try:
+        return client.predict("initial_state", {"stream_ids": np.zeros([1], np.int32)})
+    except ServingError as err:
+        if "batch_size" not in str(err):
+            raise
+        # An export written before `initial_state` became batch-major takes a scalar batch_size.
+        return client.predict("initial_state", {"batch_size": np.array(1, np.int32)})
+
+
+def score_document(client, lines, lines_per_request=64):
+    """Scores `lines` as one document, in chunks with the carried state; yields line results."""
+    # The state tensors are the export's own: those of `initial_state` (STATE_NAMES, plus
+    # CACHE_STATE_NAMES for an export with a neural cache).
+    state = _initial_state(client)
+    names = sorted(state)
+    for first in range(0, len(lines), lines_per_request):
+        chunk = lines[first:first + lines_per_request]
+        # The final "\n" ends the last line, so a chunk is never empty and blank lines count.
+        texts = np.array(["\n".join(chunk) + "\n"], dtype=object)
+        outputs = client.predict("score_text_stream", {"texts": texts, **state})
+        state = {name: outputs[name] for name in names}
+        yield from line_results(outputs, 0, first + 1)
+
+
+def score_independent(client, lines, batch_size=32):
+    """Scores every line on its own, `batch_size` lines per request; yields line results."""
+    for first in range(0, len(lines), batch_size):
+        texts = np.array([line + "\n" for line in lines[first:first + batch_size]], object)
+        outputs = client.predict("serving_default", {"texts": texts})
+        for row in range(len(texts)):
+            yield from line_results(outputs, row, first + row + 1)
+
+
+def client_for(model=None, rest=None, grpc=None, model_name="psmm",
+               model_version=None, timeout=30.0):
+    """The client of --model (in this process), --rest or --grpc (TF Serving)."""
+    if model:
+        return LocalClient(model, model_version)
+    if rest:
+        return RestClient(rest, model_name, model_version, timeout)
+    return GrpcClient(grpc, model_name, model_version, timeout)
+
+
+def read_lines(path):
+    """The lines of a text file (or stdin for '-'), split as the corpus readers split them."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    # Lines as the corpus readers split them: on "\n", a final "\n" ends the last line.
+    lines = data.decode("utf-8").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def write_result(result, fmt, out):
+    """Writes one line's result (or the total) in `fmt`, "text" or "json"."""
+    if fmt == "json":
+        out.write(json.dumps(result) + "\n")
+        return
+    if "total" in result:
+        total = result["total"]
+        out.write(f"# total: perplexity {total['perplexity']:.4f} ({total['num_tokens']} tokens, "
+                  f"log-likelihood {total['log_likelihood']:.4f})\n")
+        return
+    for token, log_prob, gate in zip(result["tokens"], result["log_probs"], result["gate"],
+                                     strict=True):
+        out.write(f"{token}\t{log_prob:.6f}\t{gate:.6f}\n")
+    out.write(f"# line {result['line']}: perplexity {result['perplexity']:.4f} "
+              f"({result['num_tokens']} tokens)\n")
+
+
+
+
+def _refuse(message):
+    print(f"psmm-score: {message}", file=sys.stderr)
+    return 2
+
+
+def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=None, input="-",
+        format="text", independent=False, lines_per_request=64, timeout=30.0, out=None):
+    """Scores the lines of `input` and writes them to `out` (default stdout), as psmm-score.
+
+    Args:
+        model, rest, grpc: where the model is (exactly one; see `client_for`).
+        model_name, model_version, timeout: as `client_for`'s.
+        input: a text file, or "-" for stdin. format: "text" or "json" (`write_result`).
+        independent: score every line on its own (`score_independent`) instead of the file
+            as one document (`score_document`). lines_per_request: lines per request.
+
+    Returns:
+        The exit status: 0, 2 for an unreadable input or a bad option or address (the message
+        on stderr), 1 for a failed request.
+    """
+    out = out or sys.stdout
+    if lines_per_request < 1:
+        return _refuse("--lines_per_request must be >= 1")
+    try:
+        lines = read_lines(input)
+    except (OSError, UnicodeDecodeError) as err:
+        return _refuse(f"cannot read {input}: {err}")
+    if not lines:
+        return _refuse(f"{input} holds no line to score")
+    try:
+        client = client_for(model, rest, grpc, model_name, model_version, timeout)
+    except FileNotFoundError as err:
+        return _refuse(f"--model={model}: {err}")
+    except ValueError as err:  # a --rest that is not a URL
+        return _refuse(f"--rest={rest}: {err}")
+    score = score_independent if independent else score_document
+    total, count = 0.0, 0
+    try:
+        for result in score(client, lines, lines_per_request):
+            total += result["log_likelihood"]
+            count += result["num_tokens"]
+            write_result(result, format, out)
+    except ServingError as err:
+        print(f"psmm-score: {err}", file=sys.stderr)
+        return 1
+    write_result({"total": {"num_tokens": count, "log_likelihood": total,
+                            "perplexity": math.exp(-total / count)}}, format, out)
+    return 0

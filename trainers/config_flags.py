@@ -1,0 +1,309 @@
+"""The config fields psmm-train sets from flags: one table, defined and applied generically.
+
+Each `ConfigFlag` names a flag, the `ExperimentConfig` field(s) it sets and a check; the flag's
+type and choices come from the field itself. A flag left out keeps the preset's value, which
+`preset_notes` prints in --help. Fields without a flag of their own are reached with
+`--override=section.field=value` (repeatable), parsed by the field's type.
+"""
+
+import dataclasses
+import math
+import typing
+
+from absl import flags
+
+from psmm_tf import configs
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFlag:
+    """A flag that sets `fields` ("model.hidden_dim", ...) to its value, after `check`."""
+
+    name: str
+    fields: tuple
+    help: str
+    check: str = ""
+    # Flag value -> field value, for flags whose 0 means the field's None.
+    zero_is_none: bool = False
+
+
+# name -> (predicate on a given value, message of absl's "flag --name=value: <message>").
+CHECKS = {
+    "positive": (lambda v: v >= 1, "must be an integer >= 1."),
+    "non_negative": (lambda v: v >= 0, "must be an integer >= 0."),
+    "finite_positive": (lambda v: 0 < v < math.inf, "must be a finite number > 0."),
+    "finite_non_negative": (lambda v: 0 <= v < math.inf, "must be a finite number >= 0."),
+    "probability": (lambda v: 0 <= v < 1, "must be a probability in [0, 1)."),
+    "decay": (lambda v: 0 < v <= 1, "must be in (0, 1]."),
+    "seed": (lambda v: 0 <= v < 2**32, "must be an integer in [0, 2**32) (NumPy's seed range)."),
+    "gate": (lambda v: 0 <= v < 1, "must be in [0, 1) (0: the paper's initialisation)."),
+}
+
+_F = ConfigFlag
+CONFIG_FLAGS = (
+    _F("dataset", ("data.dataset",), "Corpus: synthetic (generated, no files needed), ptb, "
+       "wikitext2, wikitext103, or text (a folder with train.txt, valid.txt, test.txt)."),
+    _F("data_dir", ("data.data_dir",), "Folder of the corpus files (required for real corpora, "
+       "with --dataset naming their layout; read only, never written)."),
+    _F("tfds_data_dir", ("data.tfds_data_dir",), "Where --dataset=ptb|wikitext2|wikitext103|text "
+       "is prepared as a TFDS dataset (once, then read from there); default: TFDS's, "
+       "~/tensorflow_datasets or $TFDS_DATA_DIR. --data_dir is only read."),
+    _F("train_split", ("data.train_split",),
+       "Corpus file used for training (e.g. valid where a training file is absent)."),
+    _F("valid_split", ("data.valid_split",),
+       "Corpus file used for validation (the schedule and model selection)."),
+    _F("test_split", ("data.test_split",), "Corpus file used for testing."),
+    _F("min_count", ("data.min_count",), "Words seen fewer times in training become <unk>.",
+       "positive"),
+    _F("max_vocab_size", ("data.max_vocab_size",), "At most this many words in the vocabulary.",
+       "positive"),
+    _F("synthetic_train_tokens", ("data.synthetic_train_tokens",),
+       "Training tokens of the synthetic corpus.", "positive"),
+    _F("model", ("model.kind",), "psmm (pointer sentinel-LSTM), lstm (softmax-only baseline, "
+       "same backbone) or pointer_softmax (Gulcehre et al.'s switch instead of the sentinel)."),
+    _F("embedding_dim", ("model.embedding_dim",), "Width of the word embedding.", "positive"),
+    _F("softmax", ("model.softmax",), "Output layer: full softmax, importance-sampled (training "
+       "only; exact in evaluation) or CNN softmax (Jozefowicz et al. 2016), for large "
+       "vocabularies."),
+    _F("num_sampled", ("model.num_sampled",),
+       "Vocabulary samples per step of --softmax=sampled|cnn.", "positive"),
+    _F("hidden_dim", ("model.hidden_dim",), "Units of every LSTM layer.", "positive"),
+    _F("num_layers", ("model.num_layers",), "Number of LSTM layers.", "positive"),
+    _F("window_size", ("model.window_size",),
+       "L: hidden states the pointer scores, its own included.", "positive"),
+    _F("dropout", ("model.input_dropout", "model.hidden_dropout", "model.output_dropout"),
+       "Locked dropout on the embedding, between layers and on the output (all three).",
+       "probability"),
+    _F("zoneout", ("model.zoneout",), "Zoneout probability of the LSTM states.", "probability"),
+    _F("initial_gate", ("model.initial_gate",), "The gate PSMM's sentinel starts near, in "
+       "(0, 1); 0: the paper's initialisation (gate near 1 / (L + 1)).", "gate", True),
+    _F("num_predicted", ("train.num_predicted",),
+       "T: predicted positions per training window (the BPTT length).", "positive"),
+    _F("pointer_memory", ("train.pointer_memory",), "recompute: windows of C + T tokens with "
+       "C = window_size - 1 context positions recomputed (C = L - 1, T = 1 is the paper's "
+       "scheme); cache: T-token windows with the previous window's hidden states as a constant "
+       "memory."),
+    _F("context_length", ("train.context_length",),
+       "C for pointer_memory=recompute (default L - 1).", "non_negative"),
+    _F("batch_size", ("train.batch_size",), "B: contiguous streams per batch (global batch).",
+       "positive"),
+    _F("epochs", ("train.max_epochs",), "Maximum number of epochs (paper: 64).", "positive"),
+    _F("steps_per_epoch", ("train.steps_per_epoch",), "Limit of training steps per epoch.",
+       "positive"),
+    _F("patience", ("train.patience",), "Stop after this many epochs without improvement.",
+       "positive"),
+    _F("optimizer", ("train.optimizer",), "Optimizer (--learning_rate defaults to 0.001 when "
+       "--optimizer=adam is given without it)."),
+    _F("learning_rate", ("train.learning_rate",), "Initial learning rate.", "finite_positive"),
+    _F("lr_decay", ("train.lr_decay",), "Factor applied to the learning rate when validation "
+       "perplexity gets worse (paper: 0.5).", "decay"),
+    _F("clip_norm", ("train.clip_norm",), "Global gradient norm limit (paper: 1).",
+       "finite_positive"),
+    _F("pointer_clip_norm", ("train.pointer_clip_norm",), "Own global norm limit of the "
+       "pointer's variables (W, b, s); --clip_norm then applies to the rest. 0: one joint norm "
+       "for all variables (the paper's).", "finite_non_negative", True),
+    _F("pointer_loss_weight", ("train.pointer_loss_weight",), "Weight of eq. 9's pointer term "
+       "-log(g + sum a_i[x_i = y]) (paper: 1; 0: mixture NLL only, an ablation).",
+       "finite_non_negative"),
+    _F("seed", ("train.seed", "model.seed"), "Seed of initialisation, dropout and data offsets.",
+       "seed"),
+    _F("jit_compile", ("train.jit_compile",), "XLA: auto (on with a GPU, off on CPU), on, off."),
+    _F("checkpoint_every_steps", ("train.checkpoint_every_steps",),
+       "Steps between checkpoints.", "positive"),
+    _F("max_eval_tokens", ("train.max_eval_tokens",),
+       "Evaluate on at most this many tokens per split.", "positive"),
+    _F("eval_batch_size", ("train.eval_batch_size",), "Streams of the evaluation (1: exact).",
+       "positive"),
+)
+BY_NAME = {flag.name: flag for flag in CONFIG_FLAGS}
+OVERRIDE_FLAG = "override"
+# What a preset's None means, where the flag's help does not say it.
+_UNSET = {"tfds_data_dir": "unset (TFDS's default)",
+          "context_length": "unset (window_size - 1)", "steps_per_epoch": "unset (whole epochs)",
+          "max_eval_tokens": "unset (whole splits)", "max_vocab_size": "unset (no limit)"}
+# Fields whose values are fixed sets (the flag is an enum of them).
+_CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS,
+            "data.valid_split": configs.SPLITS, "data.test_split": configs.SPLITS,
+            "model.kind": configs.MODEL_KINDS, "model.softmax": ("full", "sampled", "cnn"),
+            "train.pointer_memory": configs.POINTER_MEMORY_MODES,
+            "train.optimizer": ("sgd", "adam"), "train.jit_compile": configs.JIT_COMPILE_MODES}
+
+
+def field_type(path):
+    """The Python type of config field `path` ("train.batch_size" -> int), None removed."""
+    section, name = path.split(".")
+    cls = type(getattr(configs.ExperimentConfig(), section))
+    hint = typing.get_type_hints(cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def field_value(config, path):
+    section, name = path.split(".")
+    return getattr(getattr(config, section), name)
+
+
+def define_config_flags(flag_values, module_name):
+    """Defines every `CONFIG_FLAGS` flag (default None: the preset's) and --override."""
+    common = dict(flag_values=flag_values, module_name=module_name)
+    for spec in CONFIG_FLAGS:
+        path, kind = spec.fields[0], field_type(spec.fields[0])
+        if path in _CHOICES:
+            flags.DEFINE_enum(spec.name, None, list(_CHOICES[path]), spec.help, **common)
+        elif kind is int:
+            flags.DEFINE_integer(spec.name, None, spec.help, **common)
+        elif kind is float:
+            flags.DEFINE_float(spec.name, None, spec.help, **common)
+        else:
+            flags.DEFINE_string(spec.name, None, spec.help, **common)
+        if spec.check:
+            predicate, message = CHECKS[spec.check]
+            flags.register_validator(spec.name, lambda v, p=predicate: v is None or p(v),
+                                     message=message, flag_values=flag_values)
+    flags.DEFINE_alias("bptt", "num_predicted", **common)
+    flags.DEFINE_multi_string(
+        OVERRIDE_FLAG, [], "section.field=value: sets any field of the config (e.g. "
+        "train.keep_checkpoints=5, model.switch_units=128), parsed by the field's type "
+        "(none for an optional field's None); a field with a flag of its own takes the flag.",
+        **common)
+
+
+def parse_override(text):
+    """("section", "field", value) of an --override `section.field=value`; ValueError if bad."""
+    path, sep, raw = text.partition("=")
+    section, _, name = path.strip().partition(".")
+    fields = {"model": configs.ModelConfig, "train": configs.TrainConfig,
+              "data": configs.DataConfig}
+    if not sep or section not in fields or name not in {
+            f.name for f in dataclasses.fields(fields[section])}:
+        raise ValueError(f"--{OVERRIDE_FLAG}={text}: expected section.field=value with a field "
+                         f"of model, train or data (e.g. train.keep_checkpoints=5).")
+    owner = next((f.name for f in CONFIG_FLAGS if path.strip() in f.fields), None)
+    if owner:
+        raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
+                         f"--{owner}.")
+    kind, raw = field_type(path.strip()), raw.strip()
+    hint = typing.get_type_hints(fields[section])[name]
+    try:
+        if raw.lower() == "none" and type(None) in typing.get_args(hint):
+            value = None
+        elif kind is bool:
+            value = {"true": True, "false": False}[raw.lower()]
+        else:
+            value = kind(raw)
+    except (ValueError, KeyError):
+        expected = {int: "an integer", float: "a number", bool: "true or false"}.get(kind, "text")
+        raise ValueError(f"--{OVERRIDE_FLAG}={text}: {raw!r} is not {expected}.") from None
+    return section, name, value
+
+
+def config_overrides(flag_values):
+    """{"model": {...}, "train": {...}, "data": {...}}: the fields the given flags set."""
+    sections = {"model": {}, "train": {}, "data": {}}
+    for spec in CONFIG_FLAGS:
+        value = flag_values[spec.name].value
+        if value is None:
+            continue
+        if spec.zero_is_none and value == 0:
+            value = None
+        for path in spec.fields:
+            section, name = path.split(".")
+            sections[section][name] = value
+    for text in flag_values[OVERRIDE_FLAG].value:
+        section, name, value = parse_override(text)
+        sections[section][name] = value
+    if flag_values["optimizer"].value == "adam" and flag_values["learning_rate"].value is None:
+        sections["train"]["learning_rate"] = 1e-3
+    return sections
+
+
+def preset_notes(preset_name):
+    """{flag name: "default from --preset=NAME: VALUE"} for --help."""
+    config = configs.get_preset(preset_name)
+    notes = {}
+    for spec in CONFIG_FLAGS:
+        values = [field_value(config, path) for path in spec.fields]
+        if spec.name == "dropout" and len(set(values)) > 1:
+            value = "{}/{}/{} (input/hidden/output)".format(*values)
+        elif spec.zero_is_none and values[0] is None:
+            value = 0
+        else:
+            value = _UNSET.get(spec.name, "unset") if values[0] is None else values[0]
+        notes[spec.name] = f"default from --preset={preset_name}: {value}"
+    return notes
+
+
+def check_combination(config, flag_values):
+    """Raises ValueError for flags the resolved `config` could not honour (naming the flags).
+
+    A real corpus needs --data_dir; the synthetic corpus is generated, so a --data_dir with it
+    is refused (nothing is ever written into a data folder); flags the chosen corpus would
+    ignore are refused rather than dropped; a recompute context must lie inside the window.
+    """
+    f, data = flag_values, config.data
+    if data.dataset != "synthetic" and not data.data_dir:
+        raise ValueError(f"--data_dir is required for --dataset={data.dataset}: the folder "
+                         "holding the corpus files (e.g. ptb.train.txt, ptb.valid.txt, "
+                         "ptb.test.txt).")
+    if data.dataset == "synthetic" and f["data_dir"].value is not None:
+        if f["input_output_gate_on"].value is not None:
+            reason = "the run of --input_output_gate_on trained on the synthetic corpus"
+        elif f["dataset"].value is None:
+            reason = ("--dataset is not given, so the preset's synthetic corpus would be "
+                      "generated; name the layout of that folder's files with --dataset="
+                      "ptb|wikitext2|wikitext103|text")
+        else:
+            reason = "--dataset=synthetic is generated into the workdir"
+        raise ValueError(f"--data_dir={f['data_dir'].value} is refused: {reason}. Nothing is "
+                         "written into a --data_dir.")
+    if data.dataset == "synthetic":
+        ignored = [f"--{n}" for n in ("min_count", "max_vocab_size", "tfds_data_dir")
+                   if f[n].present]
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)} cannot be used with --dataset=synthetic, which is "
+                "generated into the workdir with the generator's vocabulary (all its words); "
+                "they apply to the real corpora.")
+    elif f["synthetic_train_tokens"].present:
+        raise ValueError(f"--synthetic_train_tokens is only used with --dataset=synthetic, "
+                         f"not --dataset={data.dataset}.")
+    train = config.train
+    if (train.pointer_memory == "recompute" and train.context_length is not None
+            and train.context_length >= config.model.window_size):
+        raise ValueError(f"--context_length={train.context_length} must be < --window_size="
+                         f"{config.model.window_size}: the pointer never reaches further back.")
+
+
+def gate_base_config(flag_values, overrides):
+    """The config of --input_output_gate_on's gate run, before `overrides` are applied.
+
+    The gate trains on the run's frozen model with its corpus and settings: flags that describe
+    the model or the corpus are refused. `overrides` (from `config_overrides`) is narrowed in
+    place to what a gate run takes: training fields, --data_dir and the model seed; the
+    optimizer defaults to Adam at 0.001 (SGD: 1).
+    """
+    from psmm_tf.training import gate_training
+
+    f = flag_values
+    given = [f"--{spec.name}" for spec in CONFIG_FLAGS
+             if spec.fields[0].split(".")[0] in ("model", "data") and spec.name != "data_dir"
+             and f[spec.name].present]
+    given += [f"--{name}" for name in ("preset", "compare_baseline") if f[name].present]
+    given += [f"--{OVERRIDE_FLAG}={text}" for text in f[OVERRIDE_FLAG].value
+              if not text.strip().startswith("train.")]
+    if given:
+        raise ValueError(f"--input_output_gate_on trains a gate on that run's model with its "
+                         f"corpus and settings; {', '.join(given)} cannot be combined with it.")
+    try:
+        base = gate_training.input_output_gate_config(
+            f["input_output_gate_on"].value, embedding_dim=f["gate_embedding_dim"].value,
+            dropout=f["gate_dropout"].value)
+    except (FileNotFoundError, ValueError) as err:
+        raise ValueError(f"--input_output_gate_on={f['input_output_gate_on'].value}: "
+                         f"{err}") from None
+    overrides["model"] = {k: v for k, v in overrides["model"].items() if k == "seed"}
+    train = overrides["train"]
+    train.setdefault("optimizer", "adam")
+    if f["learning_rate"].value is None:
+        train["learning_rate"] = 1e-3 if train["optimizer"] == "adam" else 1.0
+    return base
