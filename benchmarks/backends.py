@@ -15,9 +15,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
+import step_setup
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -33,70 +33,30 @@ KINDS = ("lstm", "psmm")
 
 def child(mode):
     """Measures both kinds in this process; prints one JSON line of step times."""
-    import keras
-
     from psmm_tf import configs
-    from psmm_tf.models import build_model
 
     preset = configs.get_preset(FLAGS.preset)
-    train = preset.train
-    rng = np.random.default_rng(0)
-    batch_size, steps = train.batch_size, train.num_predicted
-    batch = {"token_ids": rng.integers(0, FLAGS.vocab_size, (batch_size, steps)).astype("int32"),
-             "token_mask": np.ones((batch_size, steps), bool),
-             "targets": rng.integers(0, FLAGS.vocab_size, (batch_size, steps)).astype("int32"),
-             "target_weights": np.ones((batch_size, steps), "float32")}
+    batch = step_setup.random_batch(preset, FLAGS.vocab_size, np.random.default_rng(0))
     runners = {}
     for kind in KINDS:
-        model = build_model(configs.dataclasses.replace(
-            preset.model, kind=kind, vocab_size=FLAGS.vocab_size, seed=0))
-        optimizer = keras.optimizers.SGD(train.learning_rate)
-        settings = dict(context_length=0, use_memory=True, clip_norm=train.clip_norm,
-                        pointer_clip_norm=train.pointer_clip_norm,
-                        pointer_weight=train.pointer_loss_weight)
-        runners[kind] = _tensorflow_runner(model, optimizer, batch, settings, mode) if (
-            mode.startswith("tensorflow")) else _jax_runner(model, optimizer, batch, settings)
-    for runner in runners.values():
-        runner()
-        runner()  # compile, then one more untimed step
-    times = {kind: [] for kind in KINDS}
-    for _ in range(FLAGS.rounds):
-        for kind, runner in runners.items():
-            times[kind].append(runner())
-    print(json.dumps({"mode": mode, "tokens_per_step": batch_size * steps, "times": times}))
+        model, optimizer = step_setup.model_and_optimizer(preset, kind, FLAGS.vocab_size)
+        settings = step_setup.step_settings(preset)
+        runners[kind] = step_setup.tensorflow_step(
+            model, optimizer, batch, settings, jit_compile=mode == "tensorflow_xla") if (
+            mode.startswith("tensorflow")) else _jax_step(model, optimizer, batch, settings)
+    times = step_setup.interleaved_times(runners, FLAGS.rounds)
+    print(json.dumps({"mode": mode, "tokens_per_step": batch["targets"].size, "times": times}))
 
 
-def _tensorflow_runner(model, optimizer, batch, settings, mode):
-    import tensorflow as tf
-
-    from psmm_tf.training.steps import TrainStep
-
-    optimizer.build(model.trainable_variables)
-    step = TrainStep(model, optimizer, tf.distribute.get_strategy(), len(batch["targets"]),
-                     jit_compile=mode == "tensorflow_xla", **settings)
-    carry = list(step.initial_carry())
-    tensors = {k: tf.constant(v) for k, v in batch.items()}
-
-    def run():
-        start = time.perf_counter()
-        metrics, carry[0], carry[1] = step(tensors, carry[0], carry[1])
-        float(metrics["loss"])  # wait for the step
-        return time.perf_counter() - start
-
-    return run
-
-
-def _jax_runner(model, optimizer, batch, settings):
+def _jax_step(model, optimizer, batch, settings):
     from psmm_tf.jax_train_step import JaxTrainStep
 
     step = JaxTrainStep(model, optimizer, len(batch["targets"]), **settings)
     carry = [None, None]
 
     def run():
-        start = time.perf_counter()
         metrics, carry[0], carry[1] = step(batch, carry[0], carry[1])
         float(metrics["loss"])  # wait for the step
-        return time.perf_counter() - start
 
     return run
 

@@ -15,41 +15,15 @@ Usage:
   python benchmarks/pointer_cost.py --preset=medium --rounds=5
 """
 
-import time
 
 import numpy as np
+import step_setup
 from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("preset", "medium", "Model preset.")
 flags.DEFINE_integer("rounds", 5, "Timed steps per row (after 2 warm-up steps).", lower_bound=1)
 flags.DEFINE_integer("vocab_size", 10000, "Vocabulary size (PTB: 10,000).", lower_bound=2)
-
-
-def _step_runner(preset, kind, batch, pointer_clip_norm):
-    import keras
-    import tensorflow as tf
-
-    from psmm_tf import configs
-    from psmm_tf.models import build_model
-    from psmm_tf.training.steps import TrainStep
-
-    model = build_model(configs.dataclasses.replace(
-        preset.model, kind=kind, vocab_size=FLAGS.vocab_size, seed=0))
-    optimizer = keras.optimizers.SGD(preset.train.learning_rate)
-    optimizer.build(model.trainable_variables)
-    step = TrainStep(model, optimizer, tf.distribute.get_strategy(), len(batch["targets"]),
-                     context_length=0, use_memory=True, clip_norm=preset.train.clip_norm,
-                     pointer_clip_norm=pointer_clip_norm,
-                     pointer_weight=preset.train.pointer_loss_weight)
-    carry = list(step.initial_carry())
-    tensors = {k: tf.constant(v) for k, v in batch.items()}
-
-    def run():
-        metrics, carry[0], carry[1] = step(tensors, carry[0], carry[1])
-        float(metrics["loss"])  # wait for the step
-
-    return run
 
 
 def _pointer_runner(preset, batch, rng, with_pointer=True):
@@ -94,27 +68,22 @@ def main(argv):
 
     preset = configs.get_preset(FLAGS.preset)
     rng = np.random.default_rng(0)
-    b, t = preset.train.batch_size, preset.train.num_predicted
-    batch = {"token_ids": rng.integers(0, FLAGS.vocab_size, (b, t)).astype("int32"),
-             "token_mask": np.ones((b, t), bool),
-             "targets": rng.integers(0, FLAGS.vocab_size, (b, t)).astype("int32"),
-             "target_weights": np.ones((b, t), "float32")}
+    batch = step_setup.random_batch(preset, FLAGS.vocab_size, rng)
+    b, t = batch["targets"].shape
+
+    def training_step(kind, **changes):
+        model, optimizer = step_setup.model_and_optimizer(preset, kind, FLAGS.vocab_size)
+        return step_setup.tensorflow_step(model, optimizer, batch,
+                                          step_setup.step_settings(preset, **changes))
+
     runners = {
-        "lstm": _step_runner(preset, "lstm", batch, preset.train.pointer_clip_norm),
-        "psmm": _step_runner(preset, "psmm", batch, preset.train.pointer_clip_norm),
-        "psmm_joint_clip": _step_runner(preset, "psmm", batch, None),
+        "lstm": training_step("lstm"),
+        "psmm": training_step("psmm"),
+        "psmm_joint_clip": training_step("psmm", pointer_clip_norm=None),
         "pointer_alone": _pointer_runner(preset, batch, rng),
         "softmax_alone": _pointer_runner(preset, batch, rng, with_pointer=False),
     }
-    for runner in runners.values():
-        runner()
-        runner()  # trace, then one more untimed step
-    times = {name: [] for name in runners}
-    for _ in range(FLAGS.rounds):
-        for name, runner in runners.items():
-            start = time.perf_counter()
-            runner()
-            times[name].append(time.perf_counter() - start)
+    times = step_setup.interleaved_times(runners, FLAGS.rounds)
     lstm = float(np.median(times["lstm"]))
     print(f"preset {FLAGS.preset}, V = {FLAGS.vocab_size}, B = {b}, T = {t}, "
           f"L = {preset.model.window_size}, {FLAGS.rounds} steps per row (medians)")

@@ -20,6 +20,8 @@ DATASETS = ("synthetic", "ptb", "wikitext2", "wikitext103", "text")
 MODEL_KINDS = ("psmm", "lstm", "pointer_softmax")
 POINTER_MEMORY_MODES = ("recompute", "cache")
 JIT_COMPILE_MODES = ("auto", "on", "off")
+SOFTMAX_KINDS = ("full", "sampled", "cnn")
+OPTIMIZERS = ("sgd", "adam")
 SPLITS = ("train", "valid", "test")
 
 
@@ -85,7 +87,7 @@ class ModelConfig:
 
     def __post_init__(self):
         _check_choice("kind", self.kind, MODEL_KINDS)
-        _check_choice("softmax", self.softmax, ("full", "sampled", "cnn"))
+        _check_choice("softmax", self.softmax, SOFTMAX_KINDS)
         for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
                      "switch_units", "num_sampled", "max_word_length"):
             _check_positive_int(name, getattr(self, name))
@@ -160,7 +162,7 @@ class TrainConfig:
 
     def __post_init__(self):
         _check_choice("pointer_memory", self.pointer_memory, POINTER_MEMORY_MODES)
-        _check_choice("optimizer", self.optimizer, ("sgd", "adam"))
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("jit_compile", self.jit_compile, JIT_COMPILE_MODES)
         for name in ("batch_size", "num_predicted", "patience", "max_epochs", "eval_batch_size",
                      "eval_length", "checkpoint_every_steps", "keep_checkpoints"):

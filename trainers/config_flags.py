@@ -124,16 +124,24 @@ _UNSET = {"tfds_data_dir": "unset (TFDS's default)",
 # Fields whose values are fixed sets (the flag is an enum of them).
 _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS,
             "data.valid_split": configs.SPLITS, "data.test_split": configs.SPLITS,
-            "model.kind": configs.MODEL_KINDS, "model.softmax": ("full", "sampled", "cnn"),
+            "model.kind": configs.MODEL_KINDS, "model.softmax": configs.SOFTMAX_KINDS,
             "train.pointer_memory": configs.POINTER_MEMORY_MODES,
-            "train.optimizer": ("sgd", "adam"), "train.jit_compile": configs.JIT_COMPILE_MODES}
+            "train.optimizer": configs.OPTIMIZERS, "train.jit_compile": configs.JIT_COMPILE_MODES}
+
+
+_SECTIONS = {"model": configs.ModelConfig, "train": configs.TrainConfig,
+             "data": configs.DataConfig}
+
+
+def _field_hint(path):
+    """The type annotation of config field `path` ("train.batch_size" -> int)."""
+    section, name = path.split(".")
+    return typing.get_type_hints(_SECTIONS[section])[name]
 
 
 def field_type(path):
     """The Python type of config field `path` ("train.batch_size" -> int), None removed."""
-    section, name = path.split(".")
-    cls = type(getattr(configs.ExperimentConfig(), section))
-    hint = typing.get_type_hints(cls)[name]
+    hint = _field_hint(path)
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
 
@@ -172,10 +180,8 @@ def parse_override(text):
     """("section", "field", value) of an --override `section.field=value`; ValueError if bad."""
     path, sep, raw = text.partition("=")
     section, _, name = path.strip().partition(".")
-    fields = {"model": configs.ModelConfig, "train": configs.TrainConfig,
-              "data": configs.DataConfig}
-    if not sep or section not in fields or name not in {
-            f.name for f in dataclasses.fields(fields[section])}:
+    if not sep or section not in _SECTIONS or name not in {
+            f.name for f in dataclasses.fields(_SECTIONS[section])}:
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: expected section.field=value with a field "
                          f"of model, train or data (e.g. train.keep_checkpoints=5).")
     owner = next((f.name for f in CONFIG_FLAGS if path.strip() in f.fields), None)
@@ -183,9 +189,8 @@ def parse_override(text):
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
                          f"--{owner}.")
     kind, raw = field_type(path.strip()), raw.strip()
-    hint = typing.get_type_hints(fields[section])[name]
     try:
-        if raw.lower() == "none" and type(None) in typing.get_args(hint):
+        if raw.lower() == "none" and type(None) in typing.get_args(_field_hint(path.strip())):
             value = None
         elif kind is bool:
             value = {"true": True, "false": False}[raw.lower()]

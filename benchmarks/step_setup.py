@@ -1,0 +1,72 @@
+"""What the step benchmarks share: a random batch, a preset's model and its step settings, a
+TensorFlow training step, and the warm-up-then-time loop (no flags: the scripts own theirs)."""
+
+import time
+
+import numpy as np
+
+
+def random_batch(preset, vocab_size, rng):
+    """A training batch of the preset's shape: `(batch_size, num_predicted)` random ids."""
+    shape = (preset.train.batch_size, preset.train.num_predicted)
+    return {"token_ids": rng.integers(0, vocab_size, shape).astype("int32"),
+            "token_mask": np.ones(shape, bool),
+            "targets": rng.integers(0, vocab_size, shape).astype("int32"),
+            "target_weights": np.ones(shape, "float32")}
+
+
+def model_and_optimizer(preset, kind, vocab_size):
+    """The preset's model of `kind` (seed 0) and an SGD optimizer at its learning rate."""
+    import keras
+
+    from psmm_tf import configs
+    from psmm_tf.models import build_model
+
+    model = build_model(configs.dataclasses.replace(
+        preset.model, kind=kind, vocab_size=vocab_size, seed=0))
+    return model, keras.optimizers.SGD(preset.train.learning_rate)
+
+
+def step_settings(preset, **changes):
+    """The presets' training-step settings ("cache" memory), with `changes`."""
+    train = preset.train
+    settings = dict(context_length=0, use_memory=True, clip_norm=train.clip_norm,
+                    pointer_clip_norm=train.pointer_clip_norm,
+                    pointer_weight=train.pointer_loss_weight)
+    settings.update(changes)
+    return settings
+
+
+def tensorflow_step(model, optimizer, batch, settings, jit_compile=False):
+    """A callable running one `TrainStep` on `batch` (state and memory carried); it returns
+    once the step is done."""
+    import tensorflow as tf
+
+    from psmm_tf.training.steps import TrainStep
+
+    optimizer.build(model.trainable_variables)
+    step = TrainStep(model, optimizer, tf.distribute.get_strategy(), len(batch["targets"]),
+                     jit_compile=jit_compile, **settings)
+    carry = list(step.initial_carry())
+    tensors = {k: tf.constant(v) for k, v in batch.items()}
+
+    def run():
+        metrics, carry[0], carry[1] = step(tensors, carry[0], carry[1])
+        float(metrics["loss"])  # wait for the step
+
+    return run
+
+
+def interleaved_times(runners, rounds):
+    """{name: [seconds]}: each runner called twice untimed (trace, warm up), then `rounds`
+    times in turn (A B C A B C ...), so that load from elsewhere hits all alike."""
+    for runner in runners.values():
+        runner()
+        runner()
+    times = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, runner in runners.items():
+            start = time.perf_counter()
+            runner()
+            times[name].append(time.perf_counter() - start)
+    return times
