@@ -137,6 +137,10 @@ class TrainConfig:
     # miscalibrated (2.2 too high on its logit on PTB) and PSMM 0.93 of the LSTM instead of 0.90
     # (docs/design_notes.md, docs/results.md).
     pointer_loss_weight: float = 0.0
+    # After training, fit Platt scaling of PSMM's gate logit (`scale * l + bias`) on the
+    # validation split and keep it in model.keras (`psmm_tf.evaluation.gate_calibration`): the
+    # trained gate is overconfident on new text (docs/design_notes.md). No effect on other kinds.
+    calibrate_gate: bool = True
     # The learning rate is multiplied by this when validation perplexity gets worse (paper: 0.5).
     lr_decay: float = 0.5
     # Stop after this many epochs without a better validation perplexity (paper: 3).
@@ -170,6 +174,8 @@ class TrainConfig:
         for name in ("steps_per_epoch", "max_eval_tokens"):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
+        if not isinstance(self.calibrate_gate, bool):
+            raise ValueError(f"calibrate_gate must be True or False, got {self.calibrate_gate!r}.")
         if self.context_length is not None and self.context_length < 0:
             raise ValueError(f"context_length must be >= 0, got {self.context_length!r}.")
         for name in ("learning_rate", "clip_norm"):

@@ -19,7 +19,8 @@ TRAIN_FLAGS = (
     "num_sampled", "hidden_dim", "num_layers", "window_size", "num_predicted", "bptt",
     "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",
     "optimizer", "learning_rate", "lr_decay", "dropout", "zoneout", "clip_norm", "initial_gate",
-    "pointer_clip_norm", "pointer_loss_weight", "seed", "jit_compile", "checkpoint_every_steps",
+    "pointer_clip_norm", "pointer_loss_weight", "[no]calibrate_gate", "seed", "jit_compile",
+    "checkpoint_every_steps",
     "max_eval_tokens", "eval_batch_size", "override", "strategy", "logical_cpus",
     "[no]compare_baseline",
     "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "verbose", "[no]version")

@@ -39,6 +39,15 @@ class SyntheticRunTest(tf.test.TestCase):
         best = keras.saving.load_model(workdir + "/model.keras")
         for a, b in zip(model.weights, best.weights, strict=True):
             self.assertAllClose(a, b)  # one epoch: the best model is the last one
+        # The gate's calibration, fitted on the validation split, is in model.keras, which
+        # scores that split as the fit said; the diagnostics are the trained gate's.
+        fit = results["gate_calibration"]
+        self.assertEqual(list(best.pointer.gate_calibration), fit["gate_calibration"])
+        corpus = trained_run.load_trained_run(workdir).corpus
+        self.assertAllClose(Evaluator(best).evaluate(corpus.ids["valid"][:300]).perplexity,
+                            results["calibrated_valid_perplexity"], rtol=1e-4)
+        self.assertLessEqual(fit["log_ppl_after"], fit["log_ppl_before"])
+        self.assertAllClose(fit["log_ppl_before"], results["pointer"]["model_log_ppl"])
 
         # The dropout / zoneout generator states are in the checkpoint under `model`, with their
         # trained values; no other key holds weights.

@@ -105,6 +105,9 @@ CONFIG_FLAGS = (
     _F("pointer_loss_weight", ("train.pointer_loss_weight",), "Weight of eq. 9's pointer term "
        "-log(g + sum a_i[x_i = y]) (paper: 1; 0: mixture NLL only, an ablation).",
        "finite_non_negative"),
+    _F("calibrate_gate", ("train.calibrate_gate",), "After training, fit the scale and bias "
+       "of PSMM's gate logit on the validation split and keep them in model.keras "
+       "(--nocalibrate_gate: the trained gate as it is)."),
     _F("seed", ("train.seed", "model.seed"), "Seed of initialisation, dropout and data offsets.",
        "seed"),
     _F("jit_compile", ("train.jit_compile",), "XLA: auto (on with a GPU, off on CPU), on, off."),
@@ -162,6 +165,8 @@ def define_config_flags(flag_values, module_name):
             flags.DEFINE_integer(spec.name, None, spec.help, **common)
         elif kind is float:
             flags.DEFINE_float(spec.name, None, spec.help, **common)
+        elif kind is bool:
+            flags.DEFINE_boolean(spec.name, None, spec.help, **common)
         else:
             flags.DEFINE_string(spec.name, None, spec.help, **common)
         if spec.check:

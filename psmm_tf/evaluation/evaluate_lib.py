@@ -141,6 +141,11 @@ def summary_lines(metrics, split, output_dir, model_source="best"):
     lines = [f"model: {run_files.describe_model_source(model_source, metrics['model_path'])}",
              f"{metrics['model']} {split} perplexity {metrics['perplexity']:.2f} "
              f"({metrics['num_targets']} targets), mean gate {metrics['gate']['mean']:.3f}"]
+    if "gate_calibration" in metrics:
+        calibration = metrics["gate_calibration"]
+        lines.append("gate: as trained" if calibration is None else
+                     f"gate: calibrated, logit x {calibration[0]:.3f} {calibration[1]:+.3f} "
+                     "(fitted on the validation split after training)")
     if "pointer" in metrics:
         lines.append("pointer diagnostics:")
         lines += [f"  {line}" for line in

@@ -129,17 +129,14 @@ def pointer_statistics(records, lambdas=DEFAULT_LAMBDAS):
     gate = np.clip(records["gate"], 0.0, 1.0)
     mass = records["pointer_mass"]
     in_window = records["in_window"]
-    p_vocab = np.exp(records["vocab_log_prob"])
     pointer_share = np.maximum(1.0 - gate, _TINY)
-    # r: the pointer's own distribution's probability of the target (eq. 3's p_ptr / (1 - g)).
-    # Clipped at 1: where 1 - g underflows, float32 round-off can make the ratio exceed it.
-    r = np.clip(np.where(mass > 0, mass / pointer_share, 0.0), 0.0, 1.0)
+    logit, p_vocab, r = mixture_parts(records)
     num = len(gate)
 
     def mean(values, where):
         return float(values[where].mean()) if where.any() else math.nan
 
-    offset, offset_gain = _best_gate_offset(gate, p_vocab, r, -records["log_prob"])
+    offset, offset_gain = _best_gate_offset(logit, p_vocab, r, -records["log_prob"])
     lambdas = np.asarray(lambdas, np.float64)
     attention_nll = _mixture_nll(p_vocab, r[None], lambdas, records["has_history"])  # [Λ]
     cache_nll = np.stack([_mixture_nll(p_vocab, records["cache_prob"][g][None], lambdas,
@@ -184,9 +181,21 @@ def _mixture_nll(p_vocab, other, lambdas, has_history):
     return -np.mean(np.log(np.maximum(mixed, _TINY)), axis=1)
 
 
-def _best_gate_offset(gate, p_vocab, r, model_nll):
+def mixture_parts(records):
+    """`(logit, p_vocab, r)` per target, float64 `(N,)`: the gate's logit, the softmax's
+    probability of the target and the pointer's own (eq. 3's `p_ptr / (1 - g)`), so that the
+    model's probability is `sigmoid(logit) p_vocab + (1 - sigmoid(logit)) r`."""
+    gate = np.clip(records["gate"], 0.0, 1.0)
+    pointer_share = np.maximum(1.0 - gate, _TINY)
+    mass = records["pointer_mass"]
+    # Clipped at 1: where 1 - g underflows, float32 round-off can make the ratio exceed it.
+    r = np.clip(np.where(mass > 0, mass / pointer_share, 0.0), 0.0, 1.0)
+    logit = np.log(np.maximum(gate, _TINY)) - np.log(pointer_share)
+    return logit, np.exp(records["vocab_log_prob"]), r
+
+
+def _best_gate_offset(logit, p_vocab, r, model_nll):
     """The gate-logit offset of lowest mean NLL on a grid, and the NLL it saves."""
-    logit = np.log(np.maximum(gate, _TINY)) - np.log(np.maximum(1.0 - gate, _TINY))
     best, best_nll = 0.0, float(np.mean(model_nll))
     for offset in _GATE_OFFSETS:
         shifted = 1.0 / (1.0 + np.exp(-(logit + offset)))
@@ -247,6 +256,11 @@ def pointer_diagnostics(model, ids, initial_weights=None, length=100, thetas=DEF
                         lambdas=DEFAULT_LAMBDAS):
     """`pointer_statistics` of `model` on `ids`, with `weights` from `weight_statistics`."""
     records = collect_pointer_records(model, ids, length=length, thetas=thetas)
+    return diagnostics_from_records(records, model, initial_weights, lambdas)
+
+
+def diagnostics_from_records(records, model, initial_weights=None, lambdas=DEFAULT_LAMBDAS):
+    """`pointer_diagnostics` from records already collected on `model`."""
     result = pointer_statistics(records, lambdas)
     result["weights"] = weight_statistics(model, initial_weights)
     return result

@@ -25,7 +25,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     """Evaluates a run on a split and writes the report files into `output_dir`.
 
     Files: `metrics.json` (perplexity, gate statistics, for a sentinel pointer its diagnostics
-    under `pointer` (`pointer_diagnostics`), and with a baseline the Figure 4 rows),
+    under `pointer` (`pointer_diagnostics`, of the gate as the model applies it) and its
+    `gate_calibration` (`[scale, bias]` or None), and with a baseline the Figure 4 rows),
     `attention.html` (models with a pointer), and with `baseline_workdir`
     `frequency_buckets.md` and `frequency_buckets.png` (Figure 4: baseline minus model).
 
@@ -121,6 +122,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             figures.render_attention_html(examples, title), encoding="utf-8")
         metrics["attention_positions"] = sorted(result.attention)
     if pointer_diagnostics.has_sentinel_pointer(run.model):
+        calibration = run.model.pointer.gate_calibration
+        metrics["gate_calibration"] = None if calibration is None else list(calibration)
         metrics["pointer"] = pointer_diagnostics.pointer_diagnostics(
             run.model, ids, length=length,
             initial_weights=pointer_diagnostics.load_initial_pointer_weights(

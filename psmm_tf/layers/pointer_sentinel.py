@@ -36,6 +36,13 @@ class PointerSentinel(keras.layers.Layer):
             A value `g0` starts the gate near `g0` instead: `b = 0.5` for every unit and `s`
             (less its mean) shifted by `log(g0 L / (1 - g0)) / (D tanh(0.5))` in every unit, so
             `q . s` starts at the score that gives the sentinel `g0` of `L` zero-score keys.
+        gate_calibration: optional pair `(scale, bias)` of floats, `scale >= 0`. None (the
+            paper's): the gate is eq. 8's. A pair replaces the gate's logit
+            `l = q . s - log sum_i exp(z_i)` by `scale * l + bias` (Platt scaling) and keeps the
+            window's attention shape: `g' = sigmoid(scale * l + bias)`, `a'_i = (1 - g') a_i /
+            (1 - g)`. A gate trained on the training text is overconfident on new text; the
+            pair is fitted on held-out text after training
+            (`psmm_tf.evaluation.gate_calibration`), never trained.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -65,6 +72,7 @@ class PointerSentinel(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         sentinel_initializer="glorot_uniform",
         initial_gate=None,
+        gate_calibration=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -74,6 +82,7 @@ class PointerSentinel(keras.layers.Layer):
             raise ValueError(f"initial_gate must be in (0, 1) or None, got {initial_gate!r}.")
         self.window_size = window_size
         self.initial_gate = initial_gate
+        self.gate_calibration = check_gate_calibration(gate_calibration)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.sentinel_initializer = keras.initializers.get(sentinel_initializer)
 
@@ -111,12 +120,20 @@ class PointerSentinel(keras.layers.Layer):
     def call(self, hidden, memory=None, memory_mask=None):
         query, key_scores, allowed = self.window_scores(hidden, memory, memory_mask)
         sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, query.dtype))
-        # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
-        scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
-        weights = ops.softmax(scores, axis=-1)
-        attention = ops.where(allowed, weights[..., :-1], ops.cast(0.0, query.dtype))
-        gate = weights[..., -1]
-        return attention, gate
+        zero = ops.cast(0.0, query.dtype)
+        if self.gate_calibration is None:
+            # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
+            scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
+            weights = ops.softmax(scores, axis=-1)
+            return ops.where(allowed, weights[..., :-1], zero), weights[..., -1]
+        # The same softmax split in two: g = sigmoid(l), l = q . s - log sum_i exp(z_i), and the
+        # window's share (1 - g) spread as softmax(z); the calibrated logit replaces l.
+        scale, bias = self.gate_calibration
+        logit = sentinel_score - ops.logsumexp(key_scores, axis=-1)
+        logit = ops.cast(scale, logit.dtype) * logit + ops.cast(bias, logit.dtype)
+        window_share = ops.sigmoid(-logit)
+        attention = ops.softmax(key_scores, axis=-1) * window_share[..., None]
+        return ops.where(allowed, attention, zero), ops.sigmoid(logit)
 
     def window_scores(self, hidden, memory=None, memory_mask=None):
         """The query and its scores over the window.
@@ -179,6 +196,8 @@ class PointerSentinel(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "sentinel_initializer": keras.initializers.serialize(self.sentinel_initializer),
                 "initial_gate": self.initial_gate,
+                "gate_calibration": None if self.gate_calibration is None
+                else list(self.gate_calibration),
             }
         )
         return config
@@ -186,6 +205,25 @@ class PointerSentinel(keras.layers.Layer):
 
 # The query bias that `initial_gate` starts from: tanh(0.5) = 0.46, far from saturation.
 _INITIAL_QUERY_BIAS = 0.5
+
+
+def check_gate_calibration(gate_calibration):
+    """`gate_calibration` as a tuple `(scale, bias)` of floats, or None.
+
+    Raises:
+        ValueError: not None nor a pair of finite numbers with `scale >= 0`.
+    """
+    if gate_calibration is None:
+        return None
+    try:
+        scale, bias = (float(value) for value in gate_calibration)
+    except (TypeError, ValueError):
+        raise ValueError("gate_calibration must be None or a pair (scale, bias) of numbers, "
+                         f"got {gate_calibration!r}.") from None
+    if not (math.isfinite(scale) and math.isfinite(bias) and scale >= 0.0):
+        raise ValueError("gate_calibration must be a pair (scale, bias) of finite numbers with "
+                         f"scale >= 0, got {gate_calibration!r}.")
+    return scale, bias
 
 
 def window_band(num_queries, num_memory, window_size):

@@ -134,6 +134,39 @@ class PointerSentinelTest(testing.TestCase, parameterized.TestCase):
         _, gate = PointerSentinel(window_size=window)(np.zeros((1, 9, dim), np.float32))
         self.assertAllClose(gate[:, window - 1:], np.full((1, 4), 1 / (window + 1)), atol=1e-6)
 
+    def test_gate_calibration_is_platt_scaling_of_the_gate_logit(self):
+        # g' = sigmoid(scale * logit(g) + bias), a'_i = a_i (1 - g') / (1 - g): NumPy from the
+        # uncalibrated layer's outputs, with memory and a window shorter than the keys.
+        hidden = self.rng.normal(size=(2, 5, 4)).astype("float32")
+        memory = self.rng.normal(size=(2, 3, 4)).astype("float32")
+        mask = np.array([[False, True, True], [True, True, True]])
+        plain = PointerSentinel(window_size=4, sentinel_initializer="random_normal")
+        attention, gate = (np.asarray(x, np.float64)
+                           for x in plain(hidden, memory=memory, memory_mask=mask))
+        for scale, bias in ((0.4, 0.7), (1.0, 0.0), (2.5, -1.0), (0.0, 1.5)):
+            layer = PointerSentinel(window_size=4, gate_calibration=(scale, bias))
+            layer.build(hidden.shape)
+            layer.set_weights(plain.get_weights())
+            new_attention, new_gate = layer(hidden, memory=memory, memory_mask=mask)
+            expected_gate = 1 / (1 + np.exp(-(scale * np.log(gate / (1 - gate)) + bias)))
+            self.assertAllClose(new_gate, expected_gate, atol=1e-5)
+            self.assertAllClose(
+                new_attention, attention * ((1 - expected_gate) / (1 - gate))[..., None],
+                atol=1e-5)
+            self.assertAllClose(np.sum(new_attention, -1) + new_gate, np.ones((2, 5)), atol=1e-5)
+        # Scale 0: the gate no longer depends on the text.
+        self.assertAllClose(new_gate, np.full((2, 5), 1 / (1 + np.exp(-1.5))), atol=1e-6)
+
+    def test_gate_calibration_config_and_checks(self):
+        layer = PointerSentinel(window_size=3, gate_calibration=[0.5, -1])
+        self.assertEqual(layer.gate_calibration, (0.5, -1.0))
+        clone = PointerSentinel.from_config(layer.get_config())
+        self.assertEqual(clone.gate_calibration, (0.5, -1.0))
+        self.assertIsNone(PointerSentinel(window_size=3).get_config()["gate_calibration"])
+        for bad in ((-0.1, 0.0), (1.0,), (1.0, float("nan")), "ab", 3.0):
+            with self.assertRaisesRegex(ValueError, "gate_calibration must be"):
+                PointerSentinel(window_size=3, gate_calibration=bad)
+
     def test_rejects_bad_window_size(self):
         for bad in (0, -3, 2.5, None):
             with self.assertRaisesRegex(ValueError, "window_size must be an integer >= 1"):

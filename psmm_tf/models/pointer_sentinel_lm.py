@@ -3,6 +3,7 @@
 import keras
 
 from psmm_tf.layers import PointerSentinel
+from psmm_tf.layers.pointer_sentinel import check_gate_calibration
 from psmm_tf.models.language_model import LanguageModel
 
 
@@ -21,6 +22,9 @@ class PointerSentinelLM(LanguageModel):
         window_size: int. `L`, the pointer's window, its own position included.
         initial_gate: optional float in (0, 1): the gate the pointer starts near (see
             `PointerSentinel`); None is the paper's initialisation (gate near `1 / (L + 1)`).
+        gate_calibration: optional pair `(scale, bias)`: Platt scaling of the gate's logit,
+            fitted on held-out text after training (see `PointerSentinel` and
+            `psmm_tf.evaluation.gate_calibration`); None leaves eq. 8's gate.
         seed: optional int. Seed of the head (the pointer's initialisers: `seed + 101`, `+ 102`).
         **kwargs: as `LanguageModel`.
 
@@ -36,21 +40,28 @@ class PointerSentinelLM(LanguageModel):
         - [Merity et al., 2016](https://arxiv.org/abs/1609.07843)
     """
 
-    def __init__(self, backbone, window_size=100, initial_gate=None, seed=None, **kwargs):
+    def __init__(self, backbone, window_size=100, initial_gate=None, seed=None,
+                 gate_calibration=None, **kwargs):
         # Seeded from the model's seed, so a model rebuilt from its config starts from the same
         # weights (the diagnostics measure how far the pointer moved from them).
         pointer = PointerSentinel(
             window_size, name="pointer",
             kernel_initializer=keras.initializers.GlorotUniform(seed=_offset(seed, 101)),
             sentinel_initializer=keras.initializers.GlorotUniform(seed=_offset(seed, 102)),
-            initial_gate=initial_gate)
+            initial_gate=initial_gate, gate_calibration=gate_calibration)
         self.initial_gate = initial_gate
         super().__init__(backbone, window_size=window_size, seed=seed, pointer=pointer, **kwargs)
 
     def get_config(self):
         config = super().get_config()
         config["initial_gate"] = self.initial_gate
+        config["gate_calibration"] = self.pointer.get_config()["gate_calibration"]
         return config
+
+    def set_gate_calibration(self, gate_calibration):
+        """Sets (or with None removes) the gate's `(scale, bias)`; functions traced before
+        keep the old gate: trace new ones."""
+        self.pointer.gate_calibration = check_gate_calibration(gate_calibration)
 
 
 def _offset(seed, offset):

@@ -21,7 +21,7 @@ from absl import logging
 
 from psmm_tf import workdir as run_files
 from psmm_tf.data.pipeline import steps_per_epoch, training_windows
-from psmm_tf.evaluation import pointer_diagnostics
+from psmm_tf.evaluation import gate_calibration, pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import LanguageModelPreprocessor, build_model
 from psmm_tf.training import (
@@ -176,24 +176,41 @@ class _Run:
         if not self.chief:
             return {}
         best = keras.saving.load_model(self.workdir / run_files.MODEL_FILE)
-        evaluator = Evaluator(best, self.config.train.eval_batch_size,
-                              self.config.train.eval_length, jit_compile=self.jit_compile)
         results = {"best_valid_perplexity": float(self.schedule.best_perplexity.numpy()),
                    "epochs": int(self.schedule.epochs_done.numpy()),
                    "global_step": self.progress.get()[2],
                    "train_seconds": sum(r["train_seconds"]
                                         for r in run_files.read_history(self.workdir))}
         max_tokens = self.config.train.max_eval_tokens
+        if pointer_diagnostics.has_sentinel_pointer(best):
+            results.update(self._pointer_results(best, self.corpus.ids["valid"][:max_tokens]))
         if "test" in self.corpus.ids:
+            evaluator = Evaluator(best, self.config.train.eval_batch_size,
+                                  self.config.train.eval_length, jit_compile=self.jit_compile)
             test = evaluator.evaluate(self.corpus.ids["test"], max_tokens=max_tokens)
             results.update(test_perplexity=test.perplexity, test_mean_gate=test.mean_gate)
-        if pointer_diagnostics.has_sentinel_pointer(best):
-            # Proof that the pointer trained (or not): see `pointer_diagnostics`.
-            results["pointer"] = pointer_diagnostics.pointer_diagnostics(
-                best, self.corpus.ids["valid"][:max_tokens], length=self.config.train.eval_length,
-                initial_weights=pointer_diagnostics.load_initial_pointer_weights(
-                    self.workdir / run_files.INITIAL_POINTER_FILE))
         run_files.write_json_atomic(self.workdir / run_files.RESULTS_FILE, results)
+        return results
+
+    def _pointer_results(self, model, valid_ids):
+        """The trained pointer's diagnostics on the validation split and, with `calibrate_gate`,
+        the gate's calibration fitted on the same pass (then set on `model` and saved)."""
+        # Diagnostics and fit read the trained gate, also when model.keras is already
+        # calibrated (a finished run resumed for more epochs without a better one).
+        model.set_gate_calibration(None)
+        records = pointer_diagnostics.collect_pointer_records(
+            model, valid_ids, length=self.config.train.eval_length)
+        # Proof that the pointer trained (or not): see `pointer_diagnostics`.
+        results = {"pointer": pointer_diagnostics.diagnostics_from_records(
+            records, model, pointer_diagnostics.load_initial_pointer_weights(
+                self.workdir / run_files.INITIAL_POINTER_FILE))}
+        if self.config.train.calibrate_gate:
+            fit = gate_calibration.fit_gate_calibration(records)
+            model.set_gate_calibration((fit["scale"], fit["bias"]))
+            fit["gate_calibration"] = [fit["scale"], fit["bias"]]
+            results.update(gate_calibration=fit,
+                           calibrated_valid_perplexity=math.exp(fit["log_ppl_after"]))
+        run_files.save_model_atomic(model, self.workdir / run_files.MODEL_FILE)
         return results
 
 
@@ -209,8 +226,12 @@ def run(config, workdir, strategy=None, verbose=1):
     Returns:
         dict: `best_valid_perplexity`, `test_perplexity` (when the corpus has a test split),
         `epochs`, `global_step`, `train_seconds`, and for a sentinel pointer `pointer`, its
-        diagnostics on the validation split (`pointer_diagnostics.pointer_diagnostics`); also
-        written to `workdir/results.json`. An empty dict on non-chief workers.
+        diagnostics on the validation split (`pointer_diagnostics.pointer_diagnostics`, of the
+        trained gate) and, with `TrainConfig.calibrate_gate`, `gate_calibration` (its fit on the
+        validation split, `gate_calibration.fit_gate_calibration`) and
+        `calibrated_valid_perplexity`; the test perplexity is then the calibrated model's, the
+        one model.keras holds. Also written to `workdir/results.json`. An empty dict on
+        non-chief workers.
 
     Raises:
         NonFiniteLossError: the loss became NaN or infinite (the last checkpoint is kept).
@@ -275,8 +296,10 @@ def format_results(results):
     lines = [f"best valid perplexity {results['best_valid_perplexity']:.2f}"
              + (f", test perplexity {results['test_perplexity']:.2f}"
                 if "test_perplexity" in results else "")]
+    if "gate_calibration" in results:
+        lines.append(gate_calibration.format_gate_calibration(results["gate_calibration"]))
     if "pointer" in results:
-        lines.append("pointer diagnostics (valid):")
+        lines.append("pointer diagnostics (valid, the trained gate):")
         lines += [f"  {line}"
                   for line in pointer_diagnostics.format_pointer_diagnostics(results["pointer"])]
     return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""Calibrating a trained sentinel's gate on held-out text (Platt scaling of its logit).
+
+The gate `g = sigmoid(l)`, `l = q . s - log sum_i exp(z_i)` (paper eq. 7-8), is learnt on the
+training text. Measured on trained `small` models (docs/results.md), it is overconfident on new
+text (and, less, on the training text itself): the mixture's held-out likelihood is best with
+`g' = sigmoid(scale * l + bias)` for a `scale` of 0.3-0.5, fitted on PTB's validation split or
+half of a WikiText test split and scored on the other part. Both numbers are fitted here,
+by the mixture's negative log-likelihood
+
+    -log(g' p_vocab(y) + (1 - g') r(y)),
+
+with the pointer's own distribution `r = sum_{i: x_i = y} a_i / (1 - g)` kept (eq. 3), on one
+exact pass over the held-out text, and set on the model (`PointerSentinelLM.gate_calibration`),
+which keeps them in its config (`.keras`, SavedModel exports). Only the mixing weight changes;
+the attention's shape over the window, the softmax and every weight stay as trained.
+"""
+
+import numpy as np
+
+from psmm_tf.evaluation import pointer_diagnostics
+
+_TINY = 1e-30
+# Coarse grid, then a finer one around the best point: the NLL is smooth in (scale, bias) and
+# a grid cannot diverge or stop at a saddle.
+_COARSE_SCALES = np.arange(0.0, 2.0001, 0.1)
+_COARSE_BIASES = np.arange(-8.0, 8.0001, 0.25)
+_FINE_SCALES = np.arange(-0.1, 0.1001, 0.01)
+_FINE_BIASES = np.arange(-0.25, 0.2501, 0.025)
+
+
+def mixture_nll(logit, p_vocab, r, scale, bias):
+    """Mean `-log(g' p_vocab + (1 - g') r)` with `g' = sigmoid(scale * logit + bias)`.
+
+    Args:
+        logit, p_vocab, r: float arrays `(N,)`: the gate's logit, the softmax's and the
+            pointer's own probability of each target.
+        scale, bias: floats.
+    """
+    gate = 1.0 / (1.0 + np.exp(-(scale * logit + bias)))
+    return float(-np.mean(np.log(np.maximum(gate * p_vocab + (1.0 - gate) * r, _TINY))))
+
+
+def fit_gate_calibration(records):
+    """The `(scale, bias)` of least mixture NLL on the records of one pass.
+
+    Args:
+        records: `pointer_diagnostics.collect_pointer_records` output (needs `gate`,
+            `vocab_log_prob`, `pointer_mass`, `log_prob`).
+
+    Returns:
+        dict: `scale`, `bias` (applied to the logit of the gate in `records`), `num_targets`,
+        `log_ppl_before` (the model's mean NLL) and `log_ppl_after` (with the fit), in nats per
+        target.
+    """
+    logit, p_vocab, r = pointer_diagnostics.mixture_parts(records)
+    if logit.size == 0:
+        raise ValueError("Gate calibration needs at least one target.")
+
+    def search(scales, biases, best):
+        for scale in scales:
+            if scale < 0.0:
+                continue
+            for bias in biases:
+                nll = mixture_nll(logit, p_vocab, r, scale, bias)
+                if nll < best[0] - 1e-12:
+                    best = (nll, float(scale), float(bias))
+        return best
+
+    best = search([1.0], [0.0], (np.inf, 1.0, 0.0))  # ties keep the gate as it is
+    best = search(_COARSE_SCALES, _COARSE_BIASES, best)
+    best = search(best[1] + _FINE_SCALES, best[2] + _FINE_BIASES, best)
+    return {"scale": round(best[1], 4), "bias": round(best[2], 4),
+            "num_targets": int(logit.size),
+            "log_ppl_before": float(-np.mean(records["log_prob"])),
+            "log_ppl_after": best[0]}
+
+
+def compose(current, fitted):
+    """The calibration that applies `current` (None or `(scale, bias)`) and then `fitted`."""
+    scale, bias = (1.0, 0.0) if current is None else current
+    return (fitted[0] * scale, fitted[0] * bias + fitted[1])
+
+
+def calibrate_gate(model, ids, length=100):
+    """Fits the gate of `model` on the text `ids` and sets the result on the model.
+
+    A model that is already calibrated is calibrated again on top (the fit is on the gate it
+    has), so the result is the calibration of the trained gate that fits `ids`.
+
+    Args:
+        model: a `PointerSentinelLM`.
+        ids: int `(N,)`, held-out text (a validation split; never the text it is scored on).
+        length: int. Window length of the pass (speed only).
+
+    Returns:
+        The `fit_gate_calibration` dict, with `gate_calibration`: the `[scale, bias]` now on
+        the model (relative to the trained gate).
+    """
+    fit = fit_gate_calibration(pointer_diagnostics.collect_pointer_records(
+        model, ids, length=length, thetas=(1.0,)))
+    calibration = compose(model.pointer.gate_calibration, (fit["scale"], fit["bias"]))
+    model.set_gate_calibration(calibration)
+    fit["gate_calibration"] = [round(value, 4) for value in calibration]
+    return fit
+
+
+def format_gate_calibration(fit, text="validation split"):
+    """One line for a terminal."""
+    scale, bias = fit["gate_calibration"]
+    return (f"gate calibrated on the {text} ({fit['num_targets']} targets): logit x "
+            f"{scale:.3f} {bias:+.3f}; log ppl {fit['log_ppl_before']:.4f} -> "
+            f"{fit['log_ppl_after']:.4f} (ppl {np.exp(fit['log_ppl_before']):.2f} -> "
+            f"{np.exp(fit['log_ppl_after']):.2f})")
