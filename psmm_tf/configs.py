@@ -130,7 +130,7 @@ class TrainConfig:
     clip_norm: float = 5.0
     # When set, the pointer's variables (W, b, s) are clipped by their own global norm at this
     # value and `clip_norm` applies to the rest of the model (None: one joint norm, the paper's).
-    pointer_clip_norm: float | None = 1.0
+    pointer_clip_norm: float | None = 0.25
     # Weight of eq. 9's pointer term -log(g + sum_{i: x_i = y} a_i) in the objective. The paper
     # uses 1; 0 (the default) trains on the mixture's negative log-likelihood alone. The term's
     # gradient always pushes the gate g towards 1, and at these budgets it left the gate
@@ -259,13 +259,15 @@ class ExperimentConfig:
         """The config a `to_json` string describes; unknown fields are an error.
 
         A config written before `pointer_clip_norm` and `pointer_loss_weight` existed trained
-        with one joint norm and eq. 9 whole, and reads back that way, not with today's defaults.
+        with one joint norm and eq. 9 whole, and reads back that way, not with today's defaults;
+        one written before `calibrate_gate` existed kept the trained gate.
         """
         fields = json.loads(text)
         train = dict(fields.get("train", {}))
         if "train" in fields:
             train.setdefault("pointer_clip_norm", None)
             train.setdefault("pointer_loss_weight", 1.0)
+            train.setdefault("calibrate_gate", False)
         return cls(
             model=ModelConfig(**fields.get("model", {})),
             train=TrainConfig(**train),
