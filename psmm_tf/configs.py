@@ -5,11 +5,13 @@ table (window 100, dropout 0.5, batch 32, BPTT 100). `tiny` is for tests, `small
 CPU benchmarks, `large` (2x1500) for completeness. Every preset trains with SGD at learning
 rate 1 on the mixture's negative log-likelihood (eq. 9's pointer term has weight 0:
 `pointer_loss_weight`) summed over a window's targets, the LSTM's gradient norm clipped at 5
-(Zaremba et al. 2014) and the pointer's own variables clipped at 1 (`pointer_clip_norm`): the
-paper's one joint norm of 1 is made for one target per update (k1 = 1) and starves the LSTM on
-a T-target window, while one joint norm of 5 saturates the gate (docs/design_notes.md). The
-paper's exact regime is `pointer_memory="recompute"`, `num_predicted=1`, `clip_norm=1`,
-`pointer_clip_norm=None`, `pointer_loss_weight=1`. Trainers map flags onto these; the library
+(Zaremba et al. 2014) and the pointer's own variables clipped at 0.25 (`pointer_clip_norm`):
+the paper's one joint norm of 1 is made for one target per update (k1 = 1) and starves the LSTM
+on a T-target window, one joint norm of 5 saturates the gate, and the pointer's own norm at 1
+left its gate overconfident (docs/design_notes.md). After training PSMM's gate is calibrated on
+the validation split (`calibrate_gate`). The paper's exact regime is
+`pointer_memory="recompute"`, `num_predicted=1`, `clip_norm=1`, `pointer_clip_norm=None`,
+`pointer_loss_weight=1`, `calibrate_gate=False`. Trainers map flags onto these; the library
 itself never reads flags.
 """
 

@@ -32,6 +32,11 @@ def compare_with_baseline(config, workdir, strategy=None, verbose=1):
     return results
 
 
+def _valid(results):
+    """The validation perplexity of the run's model.keras (with its calibrated gate, if any)."""
+    return results.get("calibrated_valid_perplexity", results["best_valid_perplexity"])
+
+
 def format_comparison(results):
     """A plain-text table of `compare_with_baseline`'s results and the perplexity ratios."""
     lines = [f"{'model':<16}{'valid ppl':>12}{'test ppl':>12}{'epochs':>8}{'train s':>10}"]
@@ -39,13 +44,13 @@ def format_comparison(results):
         if not r:
             continue
         test = r.get("test_perplexity", float("nan"))
-        lines.append(f"{kind:<16}{r['best_valid_perplexity']:>12.2f}{test:>12.2f}"
+        lines.append(f"{kind:<16}{_valid(r):>12.2f}{test:>12.2f}"
                      f"{r['epochs']:>8d}{r['train_seconds']:>10.1f}")
     base = results.get("lstm")
     for kind, r in results.items():
         if kind == "lstm" or not r or not base:
             continue
-        ratio = r["best_valid_perplexity"] / base["best_valid_perplexity"]
+        ratio = _valid(r) / _valid(base)
         line = f"{kind} / lstm: valid perplexity ratio {ratio:.3f}"
         if "test_perplexity" in r and "test_perplexity" in base:
             line += f", test perplexity ratio {r['test_perplexity'] / base['test_perplexity']:.3f}"
@@ -61,4 +66,8 @@ def format_comparison(results):
                 f"{p['query_constancy']:.2f}"
                 + (f"; query kernel moved {moved:.0%} from its initial value"
                    if moved is not None else ""))
+        if r and "gate_calibration" in r:
+            scale, bias = r["gate_calibration"]["gate_calibration"]
+            lines.append(f"{kind} gate calibrated on valid: logit x {scale:.2f} {bias:+.2f} "
+                         f"(valid {r['best_valid_perplexity']:.2f} with the trained gate)")
     return "\n".join(lines)
