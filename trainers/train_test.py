@@ -50,6 +50,16 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertIsNone(config.train.pointer_clip_norm)
         self.assertEqual(config.train.clip_norm, 1.0)
 
+    def test_gate_calibration_flag(self):
+        with flagsaver.flagsaver():
+            self.assertTrue(_parse("--workdir=/tmp/w").train.calibrate_gate)  # the presets'
+        with flagsaver.flagsaver():
+            self.assertFalse(_parse("--workdir=/tmp/w", "--nocalibrate_gate").train.calibrate_gate)
+        with flagsaver.flagsaver(), self.assertRaisesRegex(app.UsageError, "calibrate_gate"):
+            _parse("--workdir=/tmp/w", "--override=train.calibrate_gate=false")  # has a flag
+        with flagsaver.flagsaver(), self.assertRaises(flags.IllegalFlagValueError):
+            _parse("--workdir=/tmp/w", "--calibrate_gate=maybe")
+
     def test_override_sets_fields_without_a_flag_by_their_type(self):
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--override=train.keep_checkpoints=7",
