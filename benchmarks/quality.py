@@ -144,8 +144,7 @@ def _trained_row(suite, kind, data, out):
     results = train_lib.run(_config(suite, data, kind), workdir, verbose=0)
     # With a calibrated gate (psmm-train's default), valid is the calibrated model's (its two
     # numbers fitted on valid) and test the model.keras one (fitted on valid, scored on test).
-    row = {"valid_perplexity": results.get("calibrated_valid_perplexity",
-                                           results["best_valid_perplexity"]),
+    row = {"valid_perplexity": train_lib.model_valid_perplexity(results),
            "trained_gate_valid_perplexity": results["best_valid_perplexity"],
            "test_perplexity": results.get("test_perplexity", math.nan),
            "epochs": results["epochs"], "train_seconds": results["train_seconds"]}

@@ -19,25 +19,12 @@ import numpy as np
 
 from psmm_tf.evaluation import pointer_diagnostics
 
-_TINY = 1e-30
 # Coarse grid, then a finer one around the best point: the NLL is smooth in (scale, bias) and
 # a grid cannot diverge or stop at a saddle.
 _COARSE_SCALES = np.arange(0.0, 2.0001, 0.1)
 _COARSE_BIASES = np.arange(-8.0, 8.0001, 0.25)
 _FINE_SCALES = np.arange(-0.1, 0.1001, 0.01)
 _FINE_BIASES = np.arange(-0.25, 0.2501, 0.025)
-
-
-def mixture_nll(logit, p_vocab, r, scale, bias):
-    """Mean `-log(g' p_vocab + (1 - g') r)` with `g' = sigmoid(scale * logit + bias)`.
-
-    Args:
-        logit, p_vocab, r: float arrays `(N,)`: the gate's logit, the softmax's and the
-            pointer's own probability of each target.
-        scale, bias: floats.
-    """
-    gate = 1.0 / (1.0 + np.exp(-(scale * logit + bias)))
-    return float(-np.mean(np.log(np.maximum(gate * p_vocab + (1.0 - gate) * r, _TINY))))
 
 
 def fit_gate_calibration(records):
@@ -61,7 +48,7 @@ def fit_gate_calibration(records):
             if scale < 0.0:
                 continue
             for bias in biases:
-                nll = mixture_nll(logit, p_vocab, r, scale, bias)
+                nll = pointer_diagnostics.gated_mixture_nll(logit, p_vocab, r, scale, bias)
                 if nll < best[0] - 1e-12:
                     best = (nll, float(scale), float(bias))
         return best
@@ -84,20 +71,29 @@ def compose(current, fitted):
 def calibrate_gate(model, ids, length=100):
     """Fits the gate of `model` on the text `ids` and sets the result on the model.
 
-    A model that is already calibrated is calibrated again on top (the fit is on the gate it
-    has), so the result is the calibration of the trained gate that fits `ids`.
-
     Args:
         model: a `PointerSentinelLM`.
         ids: int `(N,)`, held-out text (a validation split; never the text it is scored on).
         length: int. Window length of the pass (speed only).
 
     Returns:
+        As `calibrate_from_records`.
+    """
+    return calibrate_from_records(model, pointer_diagnostics.collect_pointer_records(
+        model, ids, length=length, thetas=(1.0,)))
+
+
+def calibrate_from_records(model, records):
+    """Fits the gate on records of one pass of `model` and sets the result on the model.
+
+    A model that is already calibrated is calibrated again on top (the fit is on the gate it
+    has), so the result is the calibration of the trained gate that fits the records' text.
+
+    Returns:
         The `fit_gate_calibration` dict, with `gate_calibration`: the `[scale, bias]` now on
         the model (relative to the trained gate).
     """
-    fit = fit_gate_calibration(pointer_diagnostics.collect_pointer_records(
-        model, ids, length=length, thetas=(1.0,)))
+    fit = fit_gate_calibration(records)
     calibration = compose(model.pointer.gate_calibration, (fit["scale"], fit["bias"]))
     model.set_gate_calibration(calibration)
     fit["gate_calibration"] = [round(value, 4) for value in calibration]

@@ -138,8 +138,8 @@ def pointer_statistics(records, lambdas=DEFAULT_LAMBDAS):
 
     offset, offset_gain = _best_gate_offset(logit, p_vocab, r, -records["log_prob"])
     lambdas = np.asarray(lambdas, np.float64)
-    attention_nll = _mixture_nll(p_vocab, r[None], lambdas, records["has_history"])  # [Λ]
-    cache_nll = np.stack([_mixture_nll(p_vocab, records["cache_prob"][g][None], lambdas,
+    attention_nll = _fixed_lambda_nll(p_vocab, r[None], lambdas, records["has_history"])  # [Λ]
+    cache_nll = np.stack([_fixed_lambda_nll(p_vocab, records["cache_prob"][g][None], lambdas,
                                        records["has_history"])
                           for g in range(len(records["thetas"]))])  # [G, Λ]
     best_theta, best_lambda = np.unravel_index(np.argmin(cache_nll), cache_nll.shape)
@@ -173,7 +173,7 @@ def pointer_statistics(records, lambdas=DEFAULT_LAMBDAS):
     }
 
 
-def _mixture_nll(p_vocab, other, lambdas, has_history):
+def _fixed_lambda_nll(p_vocab, other, lambdas, has_history):
     """Mean -log((1 - lambda) p_vocab + lambda other) for each lambda (p_vocab alone where a
     position has no history)."""
     mixed = (1.0 - lambdas[:, None]) * p_vocab[None] + lambdas[:, None] * other
@@ -194,13 +194,22 @@ def mixture_parts(records):
     return logit, np.exp(records["vocab_log_prob"]), r
 
 
+def gated_mixture_nll(logit, p_vocab, r, scale=1.0, bias=0.0):
+    """Mean `-log(g' p_vocab + (1 - g') r)` with `g' = sigmoid(scale * logit + bias)`.
+
+    Args:
+        logit, p_vocab, r: float arrays `(N,)` from `mixture_parts`.
+        scale, bias: floats: a calibration of the gate's logit (1, 0: the gate as recorded).
+    """
+    gate = 1.0 / (1.0 + np.exp(-(scale * logit + bias)))
+    return float(-np.mean(np.log(np.maximum(gate * p_vocab + (1.0 - gate) * r, _TINY))))
+
+
 def _best_gate_offset(logit, p_vocab, r, model_nll):
     """The gate-logit offset of lowest mean NLL on a grid, and the NLL it saves."""
     best, best_nll = 0.0, float(np.mean(model_nll))
     for offset in _GATE_OFFSETS:
-        shifted = 1.0 / (1.0 + np.exp(-(logit + offset)))
-        nll = float(-np.mean(np.log(np.maximum(shifted * p_vocab + (1.0 - shifted) * r,
-                                               _TINY))))
+        nll = gated_mixture_nll(logit, p_vocab, r, bias=offset)
         if nll < best_nll - 1e-12:
             best, best_nll = float(offset), nll
     return best, float(np.mean(model_nll)) - best_nll

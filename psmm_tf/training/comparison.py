@@ -32,11 +32,6 @@ def compare_with_baseline(config, workdir, strategy=None, verbose=1):
     return results
 
 
-def _valid(results):
-    """The validation perplexity of the run's model.keras (with its calibrated gate, if any)."""
-    return results.get("calibrated_valid_perplexity", results["best_valid_perplexity"])
-
-
 def format_comparison(results):
     """A plain-text table of `compare_with_baseline`'s results and the perplexity ratios."""
     lines = [f"{'model':<16}{'valid ppl':>12}{'test ppl':>12}{'epochs':>8}{'train s':>10}"]
@@ -44,13 +39,13 @@ def format_comparison(results):
         if not r:
             continue
         test = r.get("test_perplexity", float("nan"))
-        lines.append(f"{kind:<16}{_valid(r):>12.2f}{test:>12.2f}"
+        lines.append(f"{kind:<16}{train_lib.model_valid_perplexity(r):>12.2f}{test:>12.2f}"
                      f"{r['epochs']:>8d}{r['train_seconds']:>10.1f}")
     base = results.get("lstm")
     for kind, r in results.items():
         if kind == "lstm" or not r or not base:
             continue
-        ratio = _valid(r) / _valid(base)
+        ratio = train_lib.model_valid_perplexity(r) / train_lib.model_valid_perplexity(base)
         line = f"{kind} / lstm: valid perplexity ratio {ratio:.3f}"
         if "test_perplexity" in r and "test_perplexity" in base:
             line += f", test perplexity ratio {r['test_perplexity'] / base['test_perplexity']:.3f}"

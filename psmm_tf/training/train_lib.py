@@ -197,6 +197,7 @@ class _Run:
         the gate's calibration fitted on the same pass (then set on `model` and saved)."""
         # Diagnostics and fit read the trained gate, also when model.keras is already
         # calibrated (a finished run resumed for more epochs without a better one).
+        was_calibrated = model.pointer.gate_calibration is not None
         model.set_gate_calibration(None)
         records = pointer_diagnostics.collect_pointer_records(
             model, valid_ids, length=self.config.train.eval_length)
@@ -205,12 +206,11 @@ class _Run:
             records, model, pointer_diagnostics.load_initial_pointer_weights(
                 self.workdir / run_files.INITIAL_POINTER_FILE))}
         if self.config.train.calibrate_gate:
-            fit = gate_calibration.fit_gate_calibration(records)
-            model.set_gate_calibration((fit["scale"], fit["bias"]))
-            fit["gate_calibration"] = [fit["scale"], fit["bias"]]
+            fit = gate_calibration.calibrate_from_records(model, records)
             results.update(gate_calibration=fit,
                            calibrated_valid_perplexity=math.exp(fit["log_ppl_after"]))
-        run_files.save_model_atomic(model, self.workdir / run_files.MODEL_FILE)
+        if self.config.train.calibrate_gate or was_calibrated:
+            run_files.save_model_atomic(model, self.workdir / run_files.MODEL_FILE)
         return results
 
 
@@ -289,6 +289,11 @@ def _remove_new_entries(workdir, before):
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def model_valid_perplexity(results):
+    """The validation perplexity of the run's model.keras: with its calibrated gate, if any."""
+    return results.get("calibrated_valid_perplexity", results["best_valid_perplexity"])
 
 
 def format_results(results):
