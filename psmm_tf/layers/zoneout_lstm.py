@@ -95,10 +95,12 @@ class ZoneoutLSTM(keras.layers.Layer):
             keep_c = 1.0 - valid * (1.0 - keep_c)
         state = tuple(ops.cast(s, projected.dtype) for s in initial_state)
         index = -1 if state_index is None else state_index
-        if isinstance(num_steps, int):
-            # A static length (always under XLA and JAX): a Python loop, unrolled when traced.
-            # It is faster than a scan on TF and differentiable under XLA, which TF's while loop
-            # without a maximum iteration count (keras.ops.scan's) is not.
+        if isinstance(num_steps, int) and keras.backend.backend() != "jax":
+            # A static length on TensorFlow: a Python loop, unrolled when traced. It is faster
+            # than a scan on TF and differentiable under XLA, which TF's while loop without a
+            # maximum iteration count (keras.ops.scan's) is not. JAX takes the scan below
+            # (`jax.lax.scan`, differentiable): XLA compiles it in seconds, where the unrolled
+            # loop of a 2x650 LSTM over 100 steps took minutes (benchmarks/backends.py).
             steps = zip(*(ops.unstack(x, axis=1) for x in (projected, keep_h, keep_c)),
                         strict=True)
             all_h, all_c = [], []
@@ -107,8 +109,8 @@ class ZoneoutLSTM(keras.layers.Layer):
                 all_h.append(state[0])
                 all_c.append(state[1])
             return ops.stack(all_h, axis=1), (all_h[index], all_c[index])
-        # A length known only at run time (a TF graph traced for any length): a scan, over one
-        # tensor (keras.ops.scan on TF fails on several sequences of unknown length).
+        # JAX, or a length known only at run time (a TF graph traced for any length): a scan,
+        # over one tensor (keras.ops.scan on TF fails on several sequences of unknown length).
         time_major = ops.transpose(ops.concatenate([projected, keep_h, keep_c], axis=-1),
                                    (1, 0, 2))
         units = self.units
