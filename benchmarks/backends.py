@@ -4,8 +4,11 @@ A process has one Keras backend, so each backend runs in a child process; the pa
 them in turn, `--repeats` times each (TF JAX TF JAX ...), so that load from elsewhere hits both
 alike, and prints the medians. Inside a child the LSTM and the PSMM ("cache" memory, the
 presets' default) steps are interleaved round by round (A B A B ...), so the PSMM/LSTM ratio is
-measured side by side too. The steps are the package's own: `psmm_tf.training.steps.TrainStep`
-(TensorFlow, XLA off and on) and `psmm_tf.jax_train_step.JaxTrainStep` (JAX, always XLA).
+measured side by side too: its column is the median over all rounds of a round's PSMM step over
+the LSTM step just before it (step times of one child differ from another's by up to 25% on a
+shared VM, so pooled medians of the two rows would mix children). The steps are the package's
+own: `psmm_tf.training.steps.TrainStep` (TensorFlow, XLA off and on) and
+`psmm_tf.jax_train_step.JaxTrainStep` (JAX, always XLA).
 
 Usage:
   python benchmarks/backends.py --preset=medium --rounds=5 --repeats=2
@@ -61,6 +64,11 @@ def _jax_step(model, optimizer, batch, settings):
     return run
 
 
+def _paired_ratios(times):
+    """Each round's PSMM step time over the LSTM step run just before it."""
+    return [psmm / lstm for lstm, psmm in zip(times["lstm"], times["psmm"], strict=True)]
+
+
 def matmul_flops_per_token(model, train, vocab_size):
     """Forward multiply-add FLOPs per predicted token: (LSTM + softmax, pointer).
 
@@ -86,6 +94,7 @@ def main(argv):
         child(FLAGS.child)
         return
     results = {mode: {kind: [] for kind in KINDS} for mode in FLAGS.modes}
+    ratios = {mode: [] for mode in FLAGS.modes}
     tokens = None
     for _ in range(FLAGS.repeats):
         for mode in FLAGS.modes:
@@ -100,21 +109,22 @@ def main(argv):
                 raise SystemExit(f"{mode} child failed:\n{out.stdout}\n{out.stderr[-3000:]}")
             record = json.loads(lines[-1])
             tokens = record["tokens_per_step"]
+            pairs = _paired_ratios(record["times"])
             print(f"child {mode}: " + ", ".join(
-                f"{kind} {1000 * np.median(record['times'][kind]):.1f} ms" for kind in KINDS),
-                flush=True)
+                f"{kind} {1000 * np.median(record['times'][kind]):.1f} ms" for kind in KINDS)
+                + f", psmm/lstm {np.median(pairs):.3f}", flush=True)
             for kind in KINDS:
                 results[mode][kind].extend(record["times"][kind])
+            ratios[mode].extend(pairs)
     print(f"preset {FLAGS.preset}, V = {FLAGS.vocab_size}, {tokens} predicted tokens per step, "
           f"{FLAGS.repeats} x {FLAGS.rounds} steps per row (medians)")
     print(f"{'mode':16} {'model':6} {'step ms':>9} {'tokens/s':>9} {'psmm/lstm':>10} "
           f"{'vs tensorflow':>14}")
     reference = {kind: np.median(results[FLAGS.modes[0]][kind]) for kind in KINDS}
     for mode in FLAGS.modes:
-        lstm = np.median(results[mode]["lstm"])
         for kind in KINDS:
             median = float(np.median(results[mode][kind]))
-            ratio = f"{median / lstm:10.3f}" if kind == "psmm" else " " * 10
+            ratio = f"{np.median(ratios[mode]):10.3f}" if kind == "psmm" else " " * 10
             print(f"{mode:16} {kind:6} {1000 * median:9.1f} {tokens / median:9.0f} {ratio} "
                   f"{median / reference[kind]:14.3f}", flush=True)
 
