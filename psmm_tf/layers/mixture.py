@@ -143,10 +143,9 @@ def vocab_log_prob(vocab_logits, targets):
     On TensorFlow it is minus `keras.ops.sparse_categorical_crossentropy`, one fused kernel
     (`tf.nn.sparse_softmax_cross_entropy_with_logits`) whose gradient `softmax - one_hot` comes
     from the same pass: TF's gather of the target's logit backpropagates through a scatter into
-    a zero `(batch_size, T, V)` tensor (105 against 181 ms forward and backward at the `medium`
-    step's shape on a 2-core CPU). Elsewhere it is the target's logit less the row's
-    log-sum-exp: JAX's cross-entropy multiplies by a one-hot `(batch_size, T, V)` tensor
-    (144 against 80 ms at the same shape).
+    a zero `(batch_size, T, V)` tensor (`benchmarks/pointer_cost.py`'s `softmax_alone` row,
+    docs/results.md). Elsewhere it is the target's logit less the row's log-sum-exp: JAX's
+    cross-entropy multiplies by a one-hot `(batch_size, T, V)` tensor, slower there.
 
     Args:
         vocab_logits: float `(batch_size, T, V)`.

@@ -100,7 +100,7 @@ class ZoneoutLSTM(keras.layers.Layer):
             # than a scan on TF and differentiable under XLA, which TF's while loop without a
             # maximum iteration count (keras.ops.scan's) is not. JAX takes the scan below
             # (`jax.lax.scan`, differentiable): XLA compiles it in seconds, where the unrolled
-            # loop of a 2x650 LSTM over 100 steps took minutes (benchmarks/backends.py).
+            # loop of a 2x650 LSTM over 100 steps took minutes (docs/design_notes.md).
             steps = zip(*(ops.unstack(x, axis=1) for x in (projected, keep_h, keep_c)),
                         strict=True)
             all_h, all_c = [], []
