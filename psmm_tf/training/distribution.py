@@ -62,8 +62,12 @@ def gather_rows(strategy, nested):
         return None
 
     def gather(value):
-        if value.dtype == tf.bool:
-            return tf.cast(strategy.gather(tf.cast(value, tf.int32), axis=0), tf.bool)
+        # A per-replica value (MirroredStrategy's PerReplica) has no dtype of its own: its
+        # components have.
+        dtype = strategy.experimental_local_results(value)[0].dtype
+        if dtype == tf.bool:
+            as_int = strategy.run(lambda v: tf.cast(v, tf.int32), args=(value,))
+            return tf.cast(strategy.gather(as_int, axis=0), tf.bool)
         return strategy.gather(value, axis=0)
 
     return tf.nest.map_structure(gather, nested)
