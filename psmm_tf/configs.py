@@ -127,6 +127,9 @@ class TrainConfig:
     optimizer: str = "sgd"
     # Initial learning rate.
     learning_rate: float = 1.0
+    # Linear learning-rate warm-up: global step k (1-based) of the first `warmup_steps` steps
+    # trains at `learning_rate * k / warmup_steps` (0: none, the paper's start).
+    warmup_steps: int = 0
     # Global gradient norm clipping of the loss summed over a window's T targets (Zaremba et al.
     # 2014: 5; the paper: 1, with one target per update).
     clip_norm: float = 5.0
@@ -173,6 +176,9 @@ class TrainConfig:
         for name in ("batch_size", "num_predicted", "patience", "max_epochs", "eval_batch_size",
                      "eval_length", "checkpoint_every_steps", "keep_checkpoints"):
             _check_positive_int(name, getattr(self, name))
+        if (not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool)
+                or self.warmup_steps < 0):
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}.")
         for name in ("steps_per_epoch", "max_eval_tokens"):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))

@@ -115,6 +115,36 @@ class SyntheticRunTest(tf.test.TestCase):
         results = train_lib.run(tiny_config(), workdir, verbose=0)
         self.assertEqual(results["global_step"], 12)
 
+    def test_warmup_scales_the_first_steps_across_a_resume(self):
+        # Step k of a 4-step warm-up moves SGD's weights k / 4 as far as without warm-up (the
+        # same clipped gradient at step 1, from the same initialisation); the rate logged in
+        # steps.jsonl says the same, and a resumed run goes on from where its warm-up stood.
+        deltas = {}
+        for warmup in (0, 4):
+            workdir = self.get_temp_dir() + f"/warmup_{warmup}"
+            config = tiny_config(warmup_steps=warmup, steps_per_epoch=1, max_eval_tokens=40,
+                                 learning_rate=0.5)
+            train_lib.run(config, workdir, verbose=0)
+            model_config = ExperimentConfig.from_json(open(workdir + "/config.json").read()).model
+            trained, initial = build_model(model_config), build_model(model_config)
+            checkpointing.restore_model_weights(trained, workdir + "/checkpoints")
+            deltas[warmup] = [a.numpy() - b.numpy() for a, b in
+                              zip(trained.weights, initial.weights, strict=True)
+                              if "seed_generator" not in a.path]
+        moved = [tf.norm(d) for d in deltas[0]]
+        self.assertGreater(float(tf.reduce_max(moved)), 1e-3)
+        for full, warm in zip(deltas[0], deltas[4], strict=True):
+            self.assertAllClose(warm, 0.25 * full, atol=1e-6)
+
+        workdir = self.get_temp_dir() + "/warmup_resumed"
+        train_lib.run(tiny_config(warmup_steps=8, steps_per_epoch=6, max_epochs=1,
+                                  max_eval_tokens=40), workdir, verbose=0)
+        train_lib.run(tiny_config(warmup_steps=8, steps_per_epoch=6, max_epochs=2,
+                                  max_eval_tokens=40), workdir, verbose=0)
+        rates = [json.loads(line)["learning_rate"]
+                 for line in open(workdir + "/steps.jsonl").read().splitlines()]
+        self.assertAllClose(rates, [k / 8 for k in range(1, 9)] + [1.0] * 4)
+
     def test_xla_matches_eager_steps(self):
         losses = {}
         for mode in ("off", "on"):

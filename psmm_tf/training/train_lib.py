@@ -38,6 +38,14 @@ class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite; the run stopped without saving."""
 
 
+def warmup_learning_rate(learning_rate, global_step, warmup_steps):
+    """The learning rate of the step after `global_step` steps: `learning_rate * (global_step
+    + 1) / warmup_steps` during a linear warm-up of `warmup_steps` steps, then `learning_rate`."""
+    if global_step >= warmup_steps:
+        return learning_rate
+    return learning_rate * (global_step + 1) / warmup_steps
+
+
 class _Run:
     """The objects of one training run and its epoch loop."""
 
@@ -130,6 +138,8 @@ class _Run:
                                    shuffle_offset_seed=train.seed * 1_000_003 + epoch)
         self.reporter.start_epoch(epoch, num_steps, step)
         for batch in dataset.take(num_steps).skip(step):
+            step_lr = warmup_learning_rate(lr, global_step, train.warmup_steps)
+            self.optimizer.learning_rate = step_lr
             metrics, state, memory = self.train_step(batch, state, memory)
             loss = float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
             if not math.isfinite(loss):
@@ -140,7 +150,7 @@ class _Run:
                     f"learning_rate or clip_norm.")
             meter.add(metrics)
             self.progress.epoch_sums.assign(np.array(list(meter.sums.values())))
-            self.reporter.step(epoch, step, global_step + 1, metrics, meter, lr)
+            self.reporter.step(epoch, step, global_step + 1, metrics, meter, step_lr)
             step, global_step = step + 1, global_step + 1
             if global_step % train.checkpoint_every_steps == 0 and step < num_steps:
                 self.save(epoch, step, global_step, state, memory)
