@@ -78,6 +78,10 @@ class ModelConfig:
     switch_units: int = 64
     # Seed of the initialisers and dropout masks (None: nondeterministic).
     seed: int | None = None
+    # None: Keras' initialisers (Glorot kernels, orthogonal recurrent kernels, forget-gate bias
+    # 1). A value s: every weight of the backbone and the vocabulary head uniform in [-s, s]
+    # and every bias 0 (Zaremba et al. 2014); the pointer keeps its own initialisers.
+    init_scale: float | None = None
     # Path of a trained run's `model.keras`. When set, the model is that trained model, frozen,
     # with an input-to-output gate on its softmax (Takase et al. 2017); only the gate trains,
     # and the fields above must describe the trained model (they are checked when it loads).
@@ -102,6 +106,9 @@ class ModelConfig:
             raise ValueError(f"base_model must be the path of a trained model.keras or None, "
                              f"got {self.base_model!r}.")
         _check_positive_int("gate_embedding_dim", self.gate_embedding_dim)
+        if self.init_scale is not None and not 0.0 < self.init_scale < float("inf"):
+            raise ValueError(f"init_scale must be a finite number > 0 or None, got "
+                             f"{self.init_scale!r}.")
         if self.initial_gate is not None and not 0.0 < self.initial_gate < 1.0:
             raise ValueError(f"initial_gate must be in (0, 1) or None, got "
                              f"{self.initial_gate!r}.")

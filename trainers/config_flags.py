@@ -75,6 +75,9 @@ CONFIG_FLAGS = (
        "Locked dropout on the embedding, between layers and on the output (all three).",
        "probability"),
     _F("zoneout", ("model.zoneout",), "Zoneout probability of the LSTM states.", "probability"),
+    _F("init_scale", ("model.init_scale",), "Every weight of the LSTM and its softmax uniform "
+       "in [-s, s], biases 0 (Zaremba et al. 2014); 0: Keras' initialisers (Glorot, "
+       "orthogonal, forget-gate bias 1).", "finite_non_negative", True),
     _F("initial_gate", ("model.initial_gate",), "The gate PSMM's sentinel starts near, in "
        "(0, 1); 0: the paper's initialisation (gate near 1 / (L + 1)).", "gate", True),
     _F("num_predicted", ("train.num_predicted",),

@@ -22,6 +22,8 @@ class ZoneoutLSTM(keras.layers.Layer):
         zoneout: float in [0, 1). Probability of keeping each state unit's previous value.
         seed: optional int. Seed of the zoneout masks.
         kernel_initializer, recurrent_initializer: initializers of `W` and `U`.
+        unit_forget_bias: bool. Start the forget gate's bias at 1 (Jozefowicz et al. 2015, as
+            Keras' LSTM); False starts every bias at 0 (Zaremba et al. 2014).
 
     Call arguments:
         inputs: float `(batch_size, T, input_dim)`.
@@ -47,6 +49,7 @@ class ZoneoutLSTM(keras.layers.Layer):
         seed=None,
         kernel_initializer="glorot_uniform",
         recurrent_initializer="orthogonal",
+        unit_forget_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -57,6 +60,7 @@ class ZoneoutLSTM(keras.layers.Layer):
         self.seed = seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
+        self.unit_forget_bias = bool(unit_forget_bias)
         self.seed_generator = keras.random.SeedGenerator(seed)
 
     def build(self, input_shape):
@@ -70,10 +74,9 @@ class ZoneoutLSTM(keras.layers.Layer):
         )
 
         def bias_initializer(shape, dtype=None):
-            # Forget-gate bias of 1 (Jozefowicz et al. 2015), as Keras' unit_forget_bias.
-            return ops.concatenate(
-                [ops.zeros((units,)), ops.ones((units,)), ops.zeros((2 * units,))]
-            )
+            # Gates i, f, g, o; the forget gate's bias at 1 with unit_forget_bias.
+            forget = ops.ones((units,)) if self.unit_forget_bias else ops.zeros((units,))
+            return ops.concatenate([ops.zeros((units,)), forget, ops.zeros((2 * units,))])
 
         self.bias = self.add_weight(name="bias", shape=(4 * units,), initializer=bias_initializer)
 
@@ -157,6 +160,7 @@ class ZoneoutLSTM(keras.layers.Layer):
                 "seed": self.seed,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "recurrent_initializer": keras.initializers.serialize(self.recurrent_initializer),
+                "unit_forget_bias": self.unit_forget_bias,
             }
         )
         return config

@@ -56,6 +56,7 @@ def build_model(model_config, preprocessor=None):
         hidden_dropout=model_config.hidden_dropout,
         zoneout=model_config.zoneout,
         seed=model_config.seed,
+        init_scale=model_config.init_scale,
         name="backbone",
     )
     return cls(

@@ -24,6 +24,10 @@ class LSTMBackbone(keras.layers.Layer):
         input_dropout, hidden_dropout: floats in [0, 1).
         zoneout: float in [0, 1). Zoneout probability of every layer's state.
         seed: optional int. Base seed of the initialisers and random masks.
+        init_scale: optional float > 0. None: Keras' initialisers (embedding uniform in
+            [-0.1, 0.1], Glorot kernels, orthogonal recurrent kernels, forget-gate bias 1). A
+            value `s`: every weight uniform in `[-s, s]` and every bias 0 (Zaremba et al. 2014:
+            0.1 small, 0.05 medium, 0.04 large); the tasks' vocabulary head follows it.
 
     Call arguments:
         token_ids: int `(batch_size, T)` in `[0, vocab_size)`: checked in eager calls, not
@@ -47,8 +51,11 @@ class LSTMBackbone(keras.layers.Layer):
     """
 
     def __init__(self, vocab_size, embedding_dim, hidden_dim, num_layers, input_dropout=0.0,
-                 hidden_dropout=0.0, zoneout=0.0, seed=None, **kwargs):
+                 hidden_dropout=0.0, zoneout=0.0, seed=None, init_scale=None, **kwargs):
         super().__init__(**kwargs)
+        if init_scale is not None and not 0.0 < init_scale < float("inf"):
+            raise ValueError(f"init_scale must be a finite number > 0 or None, got "
+                             f"{init_scale!r}.")
         self.vocab_size = vocab_size
         self.embedding_dim = embedding_dim
         self.hidden_dim = hidden_dim
@@ -57,13 +64,20 @@ class LSTMBackbone(keras.layers.Layer):
         self.hidden_dropout = hidden_dropout
         self.zoneout = zoneout
         self.seed = seed
+        self.init_scale = init_scale
 
         def sub_seed(offset):
             return None if seed is None else seed + offset
 
+        def uniform(default_init, offset):
+            if init_scale is None:
+                return default_init(seed=sub_seed(offset))
+            return keras.initializers.RandomUniform(-init_scale, init_scale, seed=sub_seed(offset))
+
         self.embedding = keras.layers.Embedding(
             vocab_size, embedding_dim,
-            embeddings_initializer=keras.initializers.RandomUniform(-0.1, 0.1, seed=sub_seed(0)),
+            embeddings_initializer=uniform(
+                lambda seed: keras.initializers.RandomUniform(-0.1, 0.1, seed=seed), 0),
             name="embedding",
         )
         # Each sub-layer is an attribute of its own: TensorFlow's checkpoints do not see layers
@@ -71,8 +85,9 @@ class LSTMBackbone(keras.layers.Layer):
         for i in range(num_layers):
             setattr(self, f"lstm_{i}", ZoneoutLSTM(
                 hidden_dim, zoneout=zoneout, seed=sub_seed(10 + i),
-                kernel_initializer=keras.initializers.GlorotUniform(seed=sub_seed(20 + i)),
-                recurrent_initializer=keras.initializers.Orthogonal(seed=sub_seed(30 + i)),
+                kernel_initializer=uniform(keras.initializers.GlorotUniform, 20 + i),
+                recurrent_initializer=uniform(keras.initializers.Orthogonal, 30 + i),
+                unit_forget_bias=init_scale is None,
                 name=f"lstm_{i}",
             ))
             rate = input_dropout if i == 0 else hidden_dropout
@@ -136,6 +151,7 @@ class LSTMBackbone(keras.layers.Layer):
                 "hidden_dropout": self.hidden_dropout,
                 "zoneout": self.zoneout,
                 "seed": self.seed,
+                "init_scale": self.init_scale,
             }
         )
         return config

@@ -184,7 +184,7 @@ class LanguageModel(ScoringMixin, keras.Model):
             output_dropout, seed=None if seed is None else seed + 40 + backbone.num_layers,
             name="output_dropout")
         self.vocab_head = _vocab_head(softmax, backbone.vocab_size, backbone.hidden_dim,
-                                      num_sampled, max_word_length, seed)
+                                      num_sampled, max_word_length, seed, backbone.init_scale)
         if pointer is not None:
             self.pointer = pointer
         self.build()
@@ -331,9 +331,15 @@ def _perplexity(log_likelihood, num_tokens):
         return np.exp(-log_likelihood / np.maximum(num_tokens, 1)).astype("float32")
 
 
-def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, seed):
-    """The output layer: logits `(B, T, V)` from hidden states `(B, T, D)`."""
-    initializer = keras.initializers.GlorotUniform(seed=seed)
+def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, seed,
+                init_scale=None):
+    """The output layer: logits `(B, T, V)` from hidden states `(B, T, D)`; its kernel Glorot,
+    or uniform in `[-init_scale, init_scale]` (the backbone's `init_scale`)."""
+    # The uniform head takes a seed of its own: the embedding's (the same uniform draw) would
+    # start the head as a reshaped copy of the embedding.
+    initializer = (keras.initializers.GlorotUniform(seed=seed) if init_scale is None
+                   else keras.initializers.RandomUniform(-init_scale, init_scale,
+                                                         seed=None if seed is None else seed + 90))
     if softmax == "sampled":
         return SampledSoftmax(vocab_size, num_sampled=num_sampled, seed=seed,
                               kernel_initializer=initializer, name="vocab_head")

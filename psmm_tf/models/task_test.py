@@ -112,6 +112,37 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "`target_ids` holds the id 99"):
             model.score(ids, bad_padding)
 
+    @parameterized.parameters(PointerSentinelLM, LSTMLanguageModel)
+    def test_init_scale_draws_every_weight_uniformly_and_zeroes_the_biases(self, cls):
+        scale = 0.05
+        backbone = LSTMBackbone(len(WORDS), 6, 8, 2, seed=3, init_scale=scale, name="backbone")
+        model = cls(backbone, window_size=4, seed=3)
+        head = [model.vocab_head.kernel]
+        weights = [backbone.embedding.embeddings] + head + [
+            w for layer in backbone.lstm_layers
+            for w in (layer.kernel, layer.recurrent_kernel)]
+        for weight in weights:
+            values = keras.ops.convert_to_numpy(weight)
+            self.assertLessEqual(np.abs(values).max(), scale, weight.path)
+            # Uniform in [-s, s]: a spread over the range, not a constant or a narrow draw.
+            self.assertGreater(values.std(), 0.8 * scale / np.sqrt(3), weight.path)
+        for bias in [layer.bias for layer in backbone.lstm_layers] + [model.vocab_head.bias]:
+            self.assertAllEqual(keras.ops.convert_to_numpy(bias), np.zeros(bias.shape))
+        # The head has a seed of its own: it is not a reshaped copy of the embedding.
+        embedding = keras.ops.convert_to_numpy(backbone.embedding.embeddings).ravel()
+        kernel = keras.ops.convert_to_numpy(model.vocab_head.kernel).ravel()
+        count = min(embedding.size, kernel.size)
+        self.assertLess(abs(np.corrcoef(embedding[:count], kernel[:count])[0, 1]), 0.5)
+        restored = cls.from_config(model.get_config())
+        self.assertEqual(restored.backbone.init_scale, scale)
+        self.assertFalse(restored.backbone.lstm_layers[0].unit_forget_bias)
+        # Keras' initialisers by default: the forget gate's bias starts at 1.
+        default = _task(cls, preprocessor=False)
+        bias = keras.ops.convert_to_numpy(default.backbone.lstm_layers[0].bias)
+        self.assertAllEqual(bias[8:16], np.ones(8))
+        with self.assertRaisesRegex(ValueError, "init_scale must be a finite number > 0"):
+            LSTMBackbone(len(WORDS), 6, 8, 2, init_scale=0.0)
+
     def test_backbone_rejects_what_is_not_a_backbone(self):
         with self.assertRaisesRegex(TypeError, "backbone must be an LSTMBackbone"):
             PointerSentinelLM(keras.layers.Dense(3), window_size=4)
