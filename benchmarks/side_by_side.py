@@ -6,12 +6,12 @@ time in turn, so a run stopped at any point (a kill, the end of a session) has c
 curves, and the same command resumes it where it stopped (psmm-train resumes a killed run
 exactly). Rows:
   psmm, lstm       the preset as it is.
-  lstm_standard    the LSTM under a standard medium regime (Zaremba et al. 2014: batch 20,
-                   BPTT 35, clip 5, learning rate 1, no warm-up), the comparison row for the
-                   preset's own regime (docs/design_notes.md).
-  psmm_paper_start, lstm_paper_start
-                   the preset without its stable start (no learning-rate warm-up): the
-                   paper's start, for the comparison in docs/results.md.
+  lstm_standard    the LSTM under the standard medium regime (Zaremba et al. 2014: batch 20,
+                   BPTT 35, clip 5, learning rate 1, weights uniform in [-0.05, 0.05]), the
+                   comparison row for the preset's own regime (docs/design_notes.md).
+  psmm_previous, lstm_previous
+                   the 0.3 medium preset's regime and start (batch 32, BPTT 100, Keras'
+                   initialisers), for the comparison in docs/results.md.
 
 Per epoch it reports each row's validation perplexity, its cumulative training seconds and the
 worst training step after step 20 (the exp of steps.jsonl's per-target loss); at the end, the
@@ -44,7 +44,7 @@ flags.DEFINE_enum("preset", "medium", sorted(configs.PRESETS), "Model and traini
 flags.DEFINE_enum("dataset", "ptb", ["ptb", "wikitext2", "wikitext103", "text"], "Corpus.")
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files.")
 flags.DEFINE_list("rows", ["psmm", "lstm"], "Rows, trained in this order each epoch: psmm, lstm, "
-                  "lstm_standard, psmm_paper_start, lstm_paper_start.")
+                  "lstm_standard, psmm_previous, lstm_previous.")
 flags.DEFINE_integer("epochs", 6, "Epochs of every row.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed shared by all rows.")
 flags.DEFINE_integer("window_size", None, "The pointer's window L (default: the preset's).",
@@ -56,15 +56,21 @@ flags.DEFINE_integer("max_eval_tokens", None, "Evaluate on at most this many tok
 flags.DEFINE_list("wikitext_splits", ["train", "valid", "test"], "train,valid,test roles of "
                   "WikiText's files (valid,test,test where wiki.train.tokens is absent).")
 
-# Per row: (model kind, train-config fields replacing the preset's).
-STANDARD_REGIME = {"batch_size": 20, "num_predicted": 35, "clip_norm": 5.0,
-                   "learning_rate": 1.0, "warmup_steps": 0}
+# Per row: (model kind, model-config fields and train-config fields replacing the preset's).
+# The standard medium regime of Zaremba et al. (2014): batch 20, BPTT 35, clip 5, learning
+# rate 1, weights uniform in [-0.05, 0.05], no warm-up.
+STANDARD_MODEL = {"init_scale": 0.05}
+STANDARD_TRAIN = {"batch_size": 20, "num_predicted": 35, "clip_norm": 5.0,
+                  "learning_rate": 1.0, "warmup_steps": 0}
+# The 0.3 medium preset's start: batch 32, BPTT 100, Keras' initialisers.
+PREVIOUS_MODEL = {"init_scale": None}
+PREVIOUS_TRAIN = {"batch_size": 32, "num_predicted": 100}
 ROWS = {
-    "psmm": ("psmm", {}),
-    "lstm": ("lstm", {}),
-    "lstm_standard": ("lstm", STANDARD_REGIME),
-    "psmm_paper_start": ("psmm", {"warmup_steps": 0}),
-    "lstm_paper_start": ("lstm", {"warmup_steps": 0}),
+    "psmm": ("psmm", {}, {}),
+    "lstm": ("lstm", {}, {}),
+    "lstm_standard": ("lstm", STANDARD_MODEL, STANDARD_TRAIN),
+    "psmm_previous": ("psmm", PREVIOUS_MODEL, PREVIOUS_TRAIN),
+    "lstm_previous": ("lstm", PREVIOUS_MODEL, PREVIOUS_TRAIN),
 }
 # Training steps this early are allowed above the vocabulary size (the targets' "first few").
 EARLY_STEPS = 20
@@ -72,9 +78,9 @@ EARLY_STEPS = 20
 
 def row_config(row, max_epochs):
     """The `ExperimentConfig` of `row`, trained for `max_epochs` with the fixed budget."""
-    kind, train = ROWS[row]
+    kind, model, train = ROWS[row]
     base = configs.get_preset(FLAGS.preset)
-    model = {"kind": kind}
+    model = {"kind": kind, **model}
     if FLAGS.window_size:
         model["window_size"] = FLAGS.window_size
     data = {"dataset": FLAGS.dataset, "data_dir": FLAGS.data_dir}
@@ -173,9 +179,13 @@ def main(argv):
     for epoch in range(1, FLAGS.epochs + 1):
         for row in FLAGS.rows:
             workdir = out / row
-            if len(run_files.read_history(workdir)) >= epoch:
+            last = epoch == FLAGS.epochs
+            if len(run_files.read_history(workdir)) >= epoch and not (
+                    last and not (workdir / run_files.RESULTS_FILE).is_file()):
                 continue  # done in an earlier invocation
-            train_lib.run(row_config(row, epoch), workdir, verbose=0)
+            # Test perplexity, pointer diagnostics and the gate's calibration once, at the end.
+            train_lib.run(row_config(row, epoch), workdir, verbose=0,
+                          finish=last)
             vocab_size = run_files.load_config(workdir).model.vocab_size
             result = report(out, vocab_size)
             (out / "side_by_side.json").write_text(json.dumps(result, indent=2))

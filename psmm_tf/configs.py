@@ -1,8 +1,9 @@
 """Configuration: frozen dataclasses with commented fields, and named presets.
 
 Presets follow the paper's section 5.2 for the network: `medium` is the 2x650 LSTM of the PTB
-table (window 100, dropout 0.5, batch 32, BPTT 100). `tiny` is for tests, `small` (2x200) for
-CPU benchmarks, `large` (2x1500) for completeness. Every preset trains with SGD at learning
+table (window 100, dropout 0.5), trained in Zaremba et al.'s medium regime (batch 20, BPTT 35,
+weights uniform in [-0.05, 0.05]; `large`: 2x1500, [-0.04, 0.04]). `tiny` is for tests, `small`
+(2x200) for CPU benchmarks. Every preset trains with SGD at learning
 rate 1 on the mixture's negative log-likelihood (eq. 9's pointer term has weight 0:
 `pointer_loss_weight`) summed over a window's targets, the LSTM's gradient norm clipped at 5
 (Zaremba et al. 2014) and the pointer's own variables clipped at 0.25 (`pointer_clip_norm`):
@@ -303,13 +304,16 @@ PRESETS = {
                     input_dropout=0.3, hidden_dropout=0.3, output_dropout=0.3, zoneout=0.1),
         TrainConfig(batch_size=20, num_predicted=35, eval_length=100),
     ),
-    # The paper's PTB model: 2x650, window 100, dropout 0.5, batch 32, BPTT 100.
-    "medium": ExperimentConfig(ModelConfig(), TrainConfig()),
+    # The paper's PTB model (2x650, window 100, dropout 0.5) in Zaremba et al.'s medium regime:
+    # batch 20, BPTT 35, weights uniform in [-0.05, 0.05] (docs/design_notes.md).
+    "medium": ExperimentConfig(ModelConfig(init_scale=0.05),
+                               TrainConfig(batch_size=20, num_predicted=35)),
     # 2x1500 (the size of Zaremba et al.'s large model).
     "large": ExperimentConfig(
         ModelConfig(embedding_dim=1500, hidden_dim=1500, num_layers=2, window_size=100,
-                    input_dropout=0.65, hidden_dropout=0.65, output_dropout=0.65, zoneout=0.1),
-        TrainConfig(batch_size=32, num_predicted=100),
+                    input_dropout=0.65, hidden_dropout=0.65, output_dropout=0.65, zoneout=0.1,
+                    init_scale=0.04),
+        TrainConfig(batch_size=20, num_predicted=35),
     ),
 }
 

@@ -5,7 +5,7 @@ Usage examples:
   psmm-train --preset=small --dataset=synthetic --epochs=3 --compare_baseline \
       --workdir=/tmp/psmm_quickstart
 
-  # The paper's Penn Treebank model (2x650, window 100, BPTT 100, batch 32).
+  # The paper's Penn Treebank model (2x650, window 100) in Zaremba's medium regime.
   psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --workdir=/tmp/ptb_psmm
 
   # An input-to-output gate (Takase et al. 2017) on that run's frozen model: Adam, lr 0.001.

@@ -224,7 +224,7 @@ class _Run:
         return results
 
 
-def run(config, workdir, strategy=None, verbose=1):
+def run(config, workdir, strategy=None, verbose=1, finish=True):
     """Trains the model of `config` in `workdir`, resuming the run there if one exists.
 
     Args:
@@ -232,6 +232,10 @@ def run(config, workdir, strategy=None, verbose=1):
         workdir: str or path. See `psmm_tf.workdir` for what it holds.
         strategy: optional `tf.distribute.Strategy` (default: the current one, one device).
         verbose: int. 1: a progress bar per epoch; 0: log lines only.
+        finish: bool. Evaluate the best model on the test split, take the pointer diagnostics
+            and fit the gate's calibration when training ends (results.json). False stops after
+            the last epoch's checkpoint and returns `{}`: a run trained epoch by epoch in turns
+            with others (benchmarks/side_by_side.py) finishes once, at its last epoch.
 
     Returns:
         dict: `best_valid_perplexity`, `test_perplexity` (when the corpus has a test split),
@@ -272,7 +276,7 @@ def run(config, workdir, strategy=None, verbose=1):
             while not state.schedule.should_stop:
                 meter = state.train_epoch()
                 state.end_epoch(meter)
-            results = state.finish()
+            results = state.finish() if finish else {}
         finally:
             state.reporter.close()
     if not state.chief:
