@@ -25,6 +25,10 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("preset", "medium", "Model preset.")
+flags.DEFINE_integer("batch_size", None, "Rows of the step's batch (default: the preset's).",
+                     lower_bound=1)
+flags.DEFINE_integer("bptt", None, "Targets per row (default: the preset's num_predicted).",
+                     lower_bound=1)
 flags.DEFINE_integer("rounds", 5, "Timed steps per model in a child (after 2 warm-up steps).")
 flags.DEFINE_integer("repeats", 2, "Children per backend, alternated.")
 flags.DEFINE_integer("vocab_size", 10000, "Vocabulary size (PTB: 10,000).")
@@ -36,9 +40,7 @@ KINDS = ("lstm", "psmm")
 
 def child(mode):
     """Measures both kinds in this process; prints one JSON line of step times."""
-    from psmm_tf import configs
-
-    preset = configs.get_preset(FLAGS.preset)
+    preset = step_setup.shaped_preset(FLAGS.preset, FLAGS.batch_size, FLAGS.bptt)
     batch = step_setup.random_batch(preset, FLAGS.vocab_size, np.random.default_rng(0))
     runners = {}
     for kind in KINDS:
@@ -84,9 +86,7 @@ def matmul_flops_per_token(model, train, vocab_size):
 
 def main(argv):
     del argv
-    from psmm_tf import configs
-
-    preset = configs.get_preset(FLAGS.preset)
+    preset = step_setup.shaped_preset(FLAGS.preset, FLAGS.batch_size, FLAGS.bptt)
     base, pointer = matmul_flops_per_token(preset.model, preset.train, FLAGS.vocab_size)
     print(f"matmul FLOPs per token: LSTM LM {base / 1e6:.2f} M, the pointer {pointer / 1e6:.2f} "
           f"M more: PSMM/LSTM {1 + pointer / base:.3f} at an equal FLOP rate", flush=True)
@@ -102,6 +102,7 @@ def main(argv):
             env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
             out = subprocess.run(
                 [sys.executable, __file__, f"--child={mode}", f"--preset={FLAGS.preset}",
+                 f"--batch_size={preset.train.batch_size}", f"--bptt={preset.train.num_predicted}",
                  f"--rounds={FLAGS.rounds}", f"--vocab_size={FLAGS.vocab_size}"],
                 capture_output=True, text=True, env=env, check=False)
             lines = [line for line in out.stdout.splitlines() if line.startswith("{")]

@@ -22,6 +22,10 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("preset", "medium", "Model preset.")
+flags.DEFINE_integer("batch_size", None, "Rows of the step's batch (default: the preset's).",
+                     lower_bound=1)
+flags.DEFINE_integer("bptt", None, "Targets per row (default: the preset's num_predicted).",
+                     lower_bound=1)
 flags.DEFINE_integer("rounds", 5, "Timed steps per row (after 2 warm-up steps).", lower_bound=1)
 flags.DEFINE_integer("vocab_size", 10000, "Vocabulary size (PTB: 10,000).", lower_bound=2)
 
@@ -64,9 +68,7 @@ def _pointer_runner(preset, batch, rng, with_pointer=True):
 
 def main(argv):
     del argv
-    from psmm_tf import configs
-
-    preset = configs.get_preset(FLAGS.preset)
+    preset = step_setup.shaped_preset(FLAGS.preset, FLAGS.batch_size, FLAGS.bptt)
     rng = np.random.default_rng(0)
     batch = step_setup.random_batch(preset, FLAGS.vocab_size, rng)
     b, t = batch["targets"].shape

@@ -6,6 +6,15 @@ import time
 import numpy as np
 
 
+def shaped_preset(name, batch_size=None, bptt=None):
+    """The preset `name` with its training batch set to `batch_size` x `bptt` where given."""
+    from psmm_tf import configs
+
+    train = {key: value for key, value in (("batch_size", batch_size), ("num_predicted", bptt))
+             if value is not None}
+    return configs.get_preset(name).replace(train=train)
+
+
 def random_batch(preset, vocab_size, rng):
     """A training batch of the preset's shape: `(batch_size, num_predicted)` random ids."""
     shape = (preset.train.batch_size, preset.train.num_predicted)

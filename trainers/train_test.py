@@ -26,12 +26,13 @@ class FlagsToConfigTest(tf.test.TestCase):
 
     def test_flags_replace_preset_fields(self):
         with flagsaver.flagsaver():
-            config = _parse("--workdir=/tmp/w", "--preset=medium", "--model=lstm", "--bptt=35",
+            config = _parse("--workdir=/tmp/w", "--preset=medium", "--model=lstm", "--bptt=50",
                             "--dropout=0.25", "--epochs=5", "--pointer_memory=recompute",
                             "--seed=9", "--jit_compile=off", "--window_size=50")
         self.assertEqual(config.model.kind, "lstm")
         self.assertEqual(config.model.hidden_dim, 650)  # from the preset
-        self.assertEqual(config.train.num_predicted, 35)
+        self.assertEqual(config.train.num_predicted, 50)
+        self.assertEqual(config.model.init_scale, 0.05)  # from the preset
         self.assertEqual((config.model.input_dropout, config.model.hidden_dropout,
                           config.model.output_dropout), (0.25, 0.25, 0.25))
         self.assertEqual(config.train.max_epochs, 5)
@@ -49,6 +50,17 @@ class FlagsToConfigTest(tf.test.TestCase):
             config = _parse("--workdir=/tmp/w", "--pointer_clip_norm=0", "--clip_norm=1")
         self.assertIsNone(config.train.pointer_clip_norm)
         self.assertEqual(config.train.clip_norm, 1.0)
+
+    def test_the_start_flags(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--preset=medium", "--init_scale=0",
+                            "--warmup_steps=30")
+        self.assertIsNone(config.model.init_scale)  # 0: Keras' initialisers
+        self.assertEqual(config.train.warmup_steps, 30)
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--preset=small", "--init_scale=0.1")
+        self.assertEqual(config.model.init_scale, 0.1)
+        self.assertEqual(config.train.warmup_steps, 0)
 
     def test_gate_calibration_flag(self):
         with flagsaver.flagsaver():
@@ -111,6 +123,9 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertEqual(notes["pointer_clip_norm"], "default from --preset=medium: "
                                                      f"{medium.train.pointer_clip_norm}")
         self.assertEqual(notes["initial_gate"], "default from --preset=medium: 0")
+        self.assertEqual(notes["init_scale"], "default from --preset=medium: 0.05")
+        self.assertEqual(config_flags.preset_notes("small")["init_scale"],
+                         "default from --preset=small: 0")
         self.assertEqual(notes["context_length"],
                          "default from --preset=medium: unset (window_size - 1)")
         # Every config flag has a note, and only those.
@@ -134,6 +149,10 @@ class FlagsToConfigTest(tf.test.TestCase):
              r"--pointer_clip_norm=-1.0: must be a finite number >= 0"),
             (["--pointer_loss_weight=-0.5"], bad_value,
              r"--pointer_loss_weight=-0.5: must be a finite number >= 0"),
+            (["--warmup_steps=-3"], bad_value, r"--warmup_steps=-3: must be an integer >= 0"),
+            (["--init_scale=-0.05"], bad_value,
+             r"--init_scale=-0.05: must be a finite number >= 0"),
+            (["--init_scale=inf"], bad_value, r"--init_scale=inf: must be a finite number >= 0"),
             (["--dataset=ptb"], app.UsageError, r"--data_dir is required for --dataset=ptb"),
             (["--window_size=4", "--pointer_memory=recompute", "--context_length=4"],
              app.UsageError, r"--context_length=4 must be < --window_size=4"),
