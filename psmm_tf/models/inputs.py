@@ -48,6 +48,8 @@ def validate_inputs(model, token_ids, target_ids=None, padding_mask=None, state=
         target_ids = _integer_array("target_ids", target_ids, rank=2)
         _check_shape("target_ids", target_ids, token_ids.shape)
         _check_range("target_ids", target_ids, vocab_size, padding_mask)
+        target_ids = _as_int32(target_ids, padding_mask)
+    token_ids = _as_int32(token_ids, padding_mask)
     if state is not None:
         state = _checked_state(state, model.num_layers, batch_size, model.hidden_dim)
     if memory is not None:
@@ -64,7 +66,14 @@ def _integer_array(name, values, rank):
     if array.ndim != rank:
         raise ValueError(f"`{name}` must have rank {rank} (batch_size, T), got shape "
                          f"{array.shape}.")
-    return array.astype(np.int32)
+    # In its own dtype: the range is checked before the cast to int32, which would wrap an id
+    # of 2**32 + 5 to 5.
+    return array
+
+
+def _as_int32(ids, mask):
+    """Range-checked `ids` as int32; masked positions (padding may hold any id) become 0."""
+    return np.where(mask, ids, 0).astype(np.int32)
 
 
 def _check_shape(name, array, expected):
@@ -84,8 +93,10 @@ def _check_range(name, ids, vocab_size, mask):
 
 def _finite_float(name, value, expected_shape):
     array = np.asarray(ops.convert_to_numpy(value))
-    if not np.issubdtype(array.dtype, np.floating):
+    # bfloat16 (a mixed_bfloat16 model's state) is not a NumPy floating type.
+    if not (np.issubdtype(array.dtype, np.floating) or array.dtype.name == "bfloat16"):
         raise ValueError(f"`{name}` must be a float array, got dtype {array.dtype}.")
+    array = array.astype(np.float32)
     _check_shape(name, array, expected_shape)
     if not np.all(np.isfinite(array)):
         raise ValueError(f"`{name}` holds NaN or infinite values: expected a finite state.")
@@ -115,4 +126,4 @@ def _checked_memory(memory, batch_size, memory_size, hidden_dim, vocab_size):
     token_ids = _integer_array("memory['token_ids']", memory["token_ids"], rank=2)
     _check_shape("memory['token_ids']", token_ids, (batch_size, memory_size))
     _check_range("memory['token_ids']", token_ids, vocab_size, mask)
-    return {"hidden": hidden, "token_ids": token_ids, "mask": mask}
+    return {"hidden": hidden, "token_ids": _as_int32(token_ids, mask), "mask": mask}

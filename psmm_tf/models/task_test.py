@@ -98,6 +98,11 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
              r"`state\[0\]\[0\]` holds NaN"),
             (dict(token_ids=ids, memory=dict(model.empty_memory(3))),
              r"`memory\['hidden'\]` must have shape \(2, 3, 8\)"),
+            # Checked before the cast to int32, which would wrap them onto id 5.
+            (dict(token_ids=ids.astype("int64") + 2**32 + 4),
+             r"`token_ids` holds the id 4294967301, outside"),
+            (dict(token_ids=ids, target_ids=ids.astype("int64") - 2**32 + 4),
+             r"`target_ids` holds the id -4294967291, outside"),
         ]
         for kwargs, message in cases:
             with self.assertRaisesRegex(ValueError, message, msg=str(kwargs)[:80]):
@@ -111,6 +116,26 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(checked["token_ids"].dtype, np.int32)
         with self.assertRaisesRegex(ValueError, "`target_ids` holds the id 99"):
             model.score(ids, bad_padding)
+
+    def test_mixed_bfloat16_state_chains_from_one_score_to_the_next(self):
+        # score() returns the state and memory in the compute dtype; passed back in, they
+        # continue the text as one call over all of it does.
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy("mixed_bfloat16")
+        try:
+            model = _task(preprocessor=False)
+        finally:
+            keras.config.set_dtype_policy(previous)
+        ids = np.random.default_rng(0).integers(0, len(WORDS), (2, 12)).astype("int32")
+        whole = model.score(ids[:, :-1], ids[:, 1:])
+        first = model.score(ids[:, :6], ids[:, 1:7])
+        self.assertEqual(keras.backend.standardize_dtype(first["state"][0][0].dtype), "bfloat16")
+        second = model.score(ids[:, 6:-1], ids[:, 7:], state=first["state"],
+                             memory=first["memory"])
+        chained = np.concatenate([keras.ops.convert_to_numpy(first["log_probs"]),
+                                  keras.ops.convert_to_numpy(second["log_probs"])], axis=1)
+        self.assertAllClose(chained, keras.ops.convert_to_numpy(whole["log_probs"]),
+                            atol=0.05)
 
     @parameterized.parameters(PointerSentinelLM, LSTMLanguageModel)
     def test_init_scale_draws_every_weight_uniformly_and_zeroes_the_biases(self, cls):
