@@ -138,6 +138,11 @@ class TrainConfig:
     # Linear learning-rate warm-up: global step k (1-based) of the first `warmup_steps` steps
     # trains at `learning_rate * k / warmup_steps` (0: none, the paper's start).
     warmup_steps: int = 0
+    # Linear warm-up of the pointer's share (models with a pointer): global step k of the first
+    # `pointer_warmup_steps` trains on the mixture `(1 - k / N) p_vocab + (k / N) p`, so the
+    # first updates cannot be spent on a pointer that cannot point yet; then on `p` itself (eq.
+    # 3). Evaluation always scores `p`. 0: none (the paper's start).
+    pointer_warmup_steps: int = 0
     # Global gradient norm clipping of the loss summed over a window's T targets (Zaremba et al.
     # 2014: 5; the paper: 1, with one target per update).
     clip_norm: float = 5.0
@@ -184,9 +189,10 @@ class TrainConfig:
         for name in ("batch_size", "num_predicted", "patience", "max_epochs", "eval_batch_size",
                      "eval_length", "checkpoint_every_steps", "keep_checkpoints"):
             _check_positive_int(name, getattr(self, name))
-        if (not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool)
-                or self.warmup_steps < 0):
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}.")
+        for name in ("warmup_steps", "pointer_warmup_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}.")
         for name in ("steps_per_epoch", "max_eval_tokens"):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
@@ -272,13 +278,21 @@ class ExperimentConfig:
 
     @classmethod
     def from_json(cls, text):
-        """The config a `to_json` string describes; unknown fields are an error.
+        """The config a `to_json` string describes; unknown fields (at the top level or in a
+        section) are an error.
 
         A config written before `pointer_clip_norm` and `pointer_loss_weight` existed trained
         with one joint norm and eq. 9 whole, and reads back that way, not with today's defaults;
         one written before `calibrate_gate` existed kept the trained gate.
         """
         fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise ValueError(f"expected a JSON object with model, train and data, got "
+                             f"{type(fields).__name__}.")
+        unknown = sorted(set(fields) - {"model", "train", "data"})
+        if unknown:  # as inside a section: an unknown field is an error, never dropped
+            raise ValueError(f"unexpected top-level field(s) {unknown}; expected model, train "
+                             f"and data.")
         train = dict(fields.get("train", {}))
         if "train" in fields:
             train.setdefault("pointer_clip_norm", None)

@@ -15,6 +15,7 @@ A training run's workdir holds:
     tensorboard/        TensorBoard runs (`psmm_tf.training.reporting`)
     synthetic_data/     the generated corpus of a `dataset="synthetic"` run
     evaluation_<split>/ psmm-evaluate's report (its default output folder)
+    previous_run_<N>/   the training outputs of a run started again with `psmm-train --restart`
 
 A run's model comes from one of two sources, always named by whoever loads it
 (`MODEL_SOURCES`): "best" is `model.keras` (the best model by validation perplexity, written
@@ -43,6 +44,17 @@ RESULTS_FILE = "results.json"
 INITIAL_POINTER_FILE = "initial_pointer.npz"
 TENSORBOARD_DIR = "tensorboard"
 SYNTHETIC_DATA_DIR = "synthetic_data"
+
+# What training writes: a workdir holding any of these has a run's history.
+TRAINING_OUTPUTS = (CHECKPOINT_DIR, MODEL_FILE, HISTORY_FILE, STEPS_FILE, RESULTS_FILE,
+                    INITIAL_POINTER_FILE, TENSORBOARD_DIR)
+# The entries a start of psmm-train may create in a workdir before the run is validated: a
+# refused start removes those it created, and nothing else (a user's files stay).
+START_CREATES = frozenset({CONFIG_FILE, VOCAB_FILE, VOCAB_HASH_FILE, CHECKPOINT_DIR,
+                           STEPS_FILE, INITIAL_POINTER_FILE, TENSORBOARD_DIR,
+                           SYNTHETIC_DATA_DIR})
+# `psmm-train --restart` moves a run's training outputs into `previous_run_<N>/`.
+PREVIOUS_RUN_PREFIX = "previous_run_"
 
 # Where a run's model is read from: "best" = model.keras, "latest" = the newest checkpoint.
 MODEL_SOURCES = ("best", "latest")
@@ -253,3 +265,20 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
         raise error(f"{workdir} holds no checkpoint ({CHECKPOINT_DIR}/ckpt-N): no trained "
                     "model to load as model_source=latest.")
     return model, path
+
+
+def move_training_outputs(workdir):
+    """Moves the training outputs of `workdir` into a new `previous_run_<N>/`; returns its path
+    (None when there were none). Nothing is deleted."""
+    workdir = Path(workdir)
+    present = [name for name in TRAINING_OUTPUTS if os.path.lexists(workdir / name)]
+    if not present:
+        return None
+    number = 1
+    while os.path.lexists(workdir / f"{PREVIOUS_RUN_PREFIX}{number}"):
+        number += 1
+    target = workdir / f"{PREVIOUS_RUN_PREFIX}{number}"
+    target.mkdir()
+    for name in present:
+        os.rename(workdir / name, target / name)
+    return target

@@ -278,6 +278,80 @@ class ResumeTest(_TrainedRunTestCase):
         self.assertEqual({k: after[k] for k in before}, before)
         self.assertFalse(any(name.startswith("checkpoints/") for name in set(after) - set(before)))
 
+    def test_a_trained_run_without_checkpoints_is_refused_unless_restarted(self):
+        # Issue 27, damage 1: retraining would have replaced model.keras, results.json and cut
+        # steps.jsonl; history.json would have mixed two runs.
+        for damage in ("removed", "a_file", "emptied"):
+            with self.subTest(damage=damage):
+                workdir = self.copy_run(f"no_checkpoints_{damage}")
+                shutil.rmtree(workdir / "checkpoints")
+                if damage == "a_file":
+                    (workdir / "checkpoints").write_text("not a folder\n")
+                elif damage == "emptied":
+                    (workdir / "checkpoints").mkdir()
+                before = snapshot(workdir)
+                message = (r"checkpoints is not a folder" if damage == "a_file" else
+                           r"holds a trained run \(history.json, model.keras, results.json\) "
+                           r"but no checkpoint .*pass --restart")
+                with self.assertRaisesRegex(run_setup.RunRefusedError, message):
+                    train_lib.run(tiny_config(), workdir, verbose=0)
+                self.assertEqual(snapshot(workdir), before)
+        # --restart moves the previous run aside, whole, and trains again from scratch.
+        workdir = self.copy_run("restarted")
+        shutil.rmtree(workdir / "checkpoints")
+        before = snapshot(workdir)
+        done = run_script("trainers/train.py", [
+            "--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
+            "--steps_per_epoch=12", "--epochs=1", "--checkpoint_every_steps=5",
+            "--max_eval_tokens=300", "--verbose=0", f"--workdir={workdir}"])
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("--restart", done.stderr)
+        self.assertEqual(snapshot(workdir), before)
+        results = train_lib.run(tiny_config(), workdir, verbose=0, restart=True)
+        self.assertEqual(results["global_step"], 12)
+        previous = snapshot(workdir / "previous_run_1")
+        for name in ("model.keras", "history.json", "results.json", "steps.jsonl"):
+            self.assertEqual(previous[name], before[name], name)
+        self.assertLen((workdir / "steps.jsonl").read_text().splitlines(), 12)
+        self.assertLen(json.loads((workdir / "history.json").read_text()), 1)
+
+    def test_a_refused_start_removes_only_what_it_created(self):
+        # Issue 27, damage 2: entries a user adds while a start runs are theirs.
+        workdir = Path(self.get_temp_dir()) / "user_files_meanwhile"
+        original = run_setup.prepare_workdir
+
+        def user_writes_then_refused(config, path, strategy, restart=False):
+            result = original(config, path, strategy, restart=restart)
+            (Path(path) / "notes.txt").write_text("mine\n")
+            (Path(path) / "evaluation_mine").mkdir()
+            (Path(path) / "evaluation_mine" / "report.json").write_text("{}\n")
+            raise run_setup.RunRefusedError("refused after the user wrote")
+
+        from unittest import mock
+        with mock.patch.object(run_setup, "prepare_workdir", user_writes_then_refused):
+            with self.assertRaisesRegex(run_setup.RunRefusedError, "refused after"):
+                train_lib.run(tiny_config(), workdir, verbose=0)
+        self.assertEqual((workdir / "notes.txt").read_text(), "mine\n")
+        self.assertEqual((workdir / "evaluation_mine" / "report.json").read_text(), "{}\n")
+        self.assertFalse((workdir / "synthetic_data").exists())  # the start's own is removed
+
+    def test_an_unknown_top_level_config_field_is_refused_not_dropped(self):
+        # Issue 27, damage 3: one rule at the top level and inside a section.
+        for where in ("top", "section"):
+            with self.subTest(where=where):
+                workdir = self.copy_run(f"config_field_{where}")
+                config = json.loads((workdir / "config.json").read_text())
+                if where == "top":
+                    config["notes"] = "my run"
+                else:
+                    config["train"]["notes"] = "my run"
+                (workdir / "config.json").write_text(json.dumps(config))
+                before = snapshot(workdir)
+                with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                            r"config.json is not a training run's config .*notes"):
+                    train_lib.run(tiny_config(), workdir, verbose=0)
+                self.assertEqual(snapshot(workdir), before)
+
     def test_steps_after_the_restored_step_are_dropped(self):
         workdir = Path(self.get_temp_dir()) / "steps_only"
         workdir.mkdir(exist_ok=True)

@@ -96,8 +96,8 @@ class SyntheticRunTest(tf.test.TestCase):
         original = TrainStep.__call__
         calls = []
 
-        def nan_at_step_seven(step, batch, state, memory):
-            metrics, state, memory = original(step, batch, state, memory)
+        def nan_at_step_seven(step, batch, state, memory, **kwargs):
+            metrics, state, memory = original(step, batch, state, memory, **kwargs)
             calls.append(1)
             if len(calls) == 7:  # the model saturates rather than overflow: inject the NaN
                 metrics = dict(metrics, loss=tf.constant(float("nan")))

@@ -100,6 +100,9 @@ CONFIG_FLAGS = (
     _F("learning_rate", ("train.learning_rate",), "Initial learning rate.", "finite_positive"),
     _F("warmup_steps", ("train.warmup_steps",), "Linear learning-rate warm-up over the "
        "first this many steps (0: none, the paper's start).", "non_negative"),
+    _F("pointer_warmup_steps", ("train.pointer_warmup_steps",), "Linear warm-up of the "
+       "pointer's share: step k of the first N trains on (1 - k/N) p_vocab + (k/N) p (0: none, "
+       "the paper's start).", "non_negative"),
     _F("lr_decay", ("train.lr_decay",), "Factor applied to the learning rate when validation "
        "perplexity gets worse (paper: 0.5).", "decay"),
     _F("clip_norm", ("train.clip_norm",), "Global gradient norm limit (paper: 1).",

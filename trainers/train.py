@@ -60,6 +60,10 @@ flags.DEFINE_float("gate_dropout", 0.5, "Dropout on the input-to-output gate's e
 flags.register_validator("gate_dropout", lambda v: 0 <= v < 1,
                          message=config_flags.CHECKS["probability"][1])
 flags.DEFINE_integer("verbose", 1, "1: a progress bar per epoch; 0: log lines only.")
+flags.DEFINE_bool("restart", False, "Start the workdir's run again from scratch: its training "
+                  "outputs (checkpoints, model.keras, history, steps, results, TensorBoard) are "
+                  "moved into <workdir>/previous_run_<N>/ first. Needed where a trained run has "
+                  "lost its checkpoints.")
 flags.register_validator("workdir", bool, message="is required: the run's folder.")
 cli.define_version_flag(FLAGS)
 
@@ -98,11 +102,12 @@ def _main(argv):
     try:
         if FLAGS.compare_baseline:
             results = comparison.compare_with_baseline(config, FLAGS.workdir, strategy=strategy,
-                                                       verbose=FLAGS.verbose)
+                                                       verbose=FLAGS.verbose,
+                                                       restart=FLAGS.restart)
             print(comparison.format_comparison(results), flush=True)
         else:
             results = train_lib.run(config, FLAGS.workdir, strategy=strategy,
-                                    verbose=FLAGS.verbose)
+                                    verbose=FLAGS.verbose, restart=FLAGS.restart)
             if results:  # empty on the workers that are not the chief
                 print(train_lib.format_results(results), flush=True)
     except (run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:

@@ -6,7 +6,7 @@ from pathlib import Path
 from psmm_tf.training import train_lib
 
 
-def compare_with_baseline(config, workdir, strategy=None, verbose=1):
+def compare_with_baseline(config, workdir, strategy=None, verbose=1, restart=False):
     """Trains `config`'s model in `workdir/<kind>` and the LSTM baseline in `workdir/lstm`.
 
     Both runs share every setting but the model kind (same seed, data, schedule and steps), and
@@ -16,7 +16,7 @@ def compare_with_baseline(config, workdir, strategy=None, verbose=1):
         config: `ExperimentConfig`; its model kind is the one compared (default "psmm").
         workdir: str or path. Parent folder of the two runs.
         strategy: optional `tf.distribute.Strategy`.
-        verbose: int. As for `train_lib.run`.
+        verbose, restart: as for `train_lib.run` (both runs).
 
     Returns:
         dict kind -> the results dict of `train_lib.run` (model first, then "lstm").
@@ -28,7 +28,7 @@ def compare_with_baseline(config, workdir, strategy=None, verbose=1):
         run_config = dataclasses.replace(config, model=dataclasses.replace(config.model,
                                                                            kind=kind))
         results[kind] = train_lib.run(run_config, workdir / kind, strategy=strategy,
-                                      verbose=verbose)
+                                      verbose=verbose, restart=restart)
     return results
 
 

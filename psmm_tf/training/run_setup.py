@@ -59,7 +59,7 @@ def config_differences(old, new):
                   if old_dict[part][name] != new_dict[part].get(name))
 
 
-def prepare_workdir(config, workdir, strategy):
+def prepare_workdir(config, workdir, strategy, restart=False):
     """Resolves the config against the data and the workdir; writes none of the run's files.
 
     The vocabulary size is set from the data and a missing model seed from `train.seed`. A
@@ -75,6 +75,8 @@ def prepare_workdir(config, workdir, strategy):
         config: `ExperimentConfig` (e.g. from flags).
         workdir: str or path.
         strategy: the run's `tf.distribute.Strategy` (only its chief writes files).
+        restart: bool. The caller will move the run's training outputs aside and start it
+            again (`psmm-train --restart`): a trained run without a checkpoint is then allowed.
 
     Returns:
         `(config, corpus)`: the resolved `ExperimentConfig` and the `corpus_setup.Corpus`.
@@ -86,6 +88,7 @@ def prepare_workdir(config, workdir, strategy):
     """
     workdir = Path(workdir)
     chief = distribution.is_chief(strategy)
+    _check_resumable(workdir, restart)
     config_path = workdir / run_files.CONFIG_FILE
     vocab_path = workdir / run_files.VOCAB_FILE
     stored = None
@@ -124,6 +127,29 @@ def prepare_workdir(config, workdir, strategy):
                 f"same settings, or start the new run in another workdir."
             )
     return config, corpus
+
+
+def _check_resumable(workdir, restart):
+    """Refuses a workdir whose trained run cannot be resumed (its checkpoints are gone)."""
+    from psmm_tf.training.checkpointing import checkpoint_paths
+
+    checkpoints = workdir / run_files.CHECKPOINT_DIR
+    if os.path.lexists(checkpoints) and not checkpoints.is_dir():
+        raise RunRefusedError(
+            f"{checkpoints} is not a folder: expected the run's checkpoint folder. Move it "
+            f"away (a run without checkpoints starts again only with --restart).")
+    # A finished epoch leaves history.json, model.keras or results.json, and a checkpoint
+    # beside them; steps.jsonl alone is a run killed before its first checkpoint, whose steps
+    # a new start repeats exactly.
+    trained = [name for name in (run_files.HISTORY_FILE, run_files.MODEL_FILE,
+                                 run_files.RESULTS_FILE) if os.path.lexists(workdir / name)]
+    if trained and not restart and not checkpoint_paths(checkpoints):
+        raise RunRefusedError(
+            f"{workdir} holds a trained run ({', '.join(trained)}) but no checkpoint to resume "
+            f"it from ({checkpoints} is missing or empty). Training again would replace its "
+            f"results: pass --restart to start the run again from scratch (its files are "
+            f"moved into {workdir / (run_files.PREVIOUS_RUN_PREFIX + 'N')}/), or use another "
+            f"--workdir.")
 
 
 def write_run_files(config, corpus, workdir, strategy):

@@ -84,6 +84,8 @@ class TrainStep:
         batch: dict of global tensors from `training_windows`: `token_ids`, `token_mask`
             `(B, C + T)`, `targets`, `target_weights` `(B, T)`.
         state, memory: per-replica carried values (see `initial_carry`).
+        pointer_share: float in [0, 1]: the objective is that of `(1 - pointer_share) p_vocab
+            + pointer_share p` (`per_target_losses`; 1: the model's own mixture).
 
     Returns:
         `(metrics, state, memory)`: `metrics` holds global sums over the batch (`loss`: the
@@ -126,24 +128,26 @@ class TrainStep:
         return (distribution.gather_rows(self.strategy, state),
                 distribution.gather_rows(self.strategy, memory))
 
-    def __call__(self, batch, state, memory):
-        return self._step(batch, state, memory)
+    def __call__(self, batch, state, memory, pointer_share=1.0):
+        share = tf.constant(pointer_share, tf.float32)  # a tensor: no retracing per value
+        return self._step(batch, state, memory, share)
 
-    def _distributed_step(self, batch, state, memory):
+    def _distributed_step(self, batch, state, memory, pointer_share):
         sums, grad_norm, state, memory = self.strategy.run(
-            self._replica_step, args=(batch, state, memory))
+            self._replica_step, args=(batch, state, memory, pointer_share))
         metrics = {key: self.strategy.reduce("SUM", value, axis=None)
                    for key, value in sums.items()}
         metrics["grad_norm"] = self.strategy.reduce("MEAN", grad_norm, axis=None)
         return metrics, state, memory
 
-    def _replica_step(self, batch, state, memory):
+    def _replica_step(self, batch, state, memory, pointer_share):
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         local = distribution.replica_rows(batch, self.rows, context.replica_id_in_sync_group)
         # Sum over the window's targets, mean over the global batch's streams (see above).
         normalizer = tf.constant(float(self.global_batch_size))
-        grads, sums, state, memory = self._forward_backward(local, state, memory, normalizer)
+        grads, sums, state, memory = self._forward_backward(local, state, memory, normalizer,
+                                                            pointer_share)
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
         grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
@@ -154,7 +158,7 @@ class TrainStep:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         return sums, grad_norm, state, memory
 
-    def _gradients(self, local, state, memory, normalizer):
+    def _gradients(self, local, state, memory, normalizer, pointer_share):
         targets = local["targets"]
         weights = local["target_weights"]
         with tf.GradientTape() as tape:
@@ -163,8 +167,8 @@ class TrainStep:
                 memory=memory, context_length=self.context_length, targets=targets,
                 training=True,
             )
-            objective, pointer_part, gate = per_target_losses(self.model, outputs, targets,
-                                                              self.pointer_weight)
+            objective, pointer_part, gate = per_target_losses(
+                self.model, outputs, targets, self.pointer_weight, pointer_share=pointer_share)
             sums = window_sums(objective, pointer_part, gate, weights)
             loss = sums["loss"] / normalizer
         grads = tape.gradient(loss, self.model.trainable_variables)

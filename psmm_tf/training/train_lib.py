@@ -38,12 +38,12 @@ class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite; the run stopped without saving."""
 
 
-def warmup_learning_rate(learning_rate, global_step, warmup_steps):
-    """The learning rate of the step after `global_step` steps: `learning_rate * (global_step
-    + 1) / warmup_steps` during a linear warm-up of `warmup_steps` steps, then `learning_rate`."""
+def warmup_factor(global_step, warmup_steps):
+    """The factor of the step after `global_step` steps in a linear warm-up of `warmup_steps`
+    steps: `(global_step + 1) / warmup_steps`, then 1."""
     if global_step >= warmup_steps:
-        return learning_rate
-    return learning_rate * (global_step + 1) / warmup_steps
+        return 1.0
+    return (global_step + 1) / warmup_steps
 
 
 class _Run:
@@ -138,9 +138,11 @@ class _Run:
                                    shuffle_offset_seed=train.seed * 1_000_003 + epoch)
         self.reporter.start_epoch(epoch, num_steps, step)
         for batch in dataset.take(num_steps).skip(step):
-            step_lr = warmup_learning_rate(lr, global_step, train.warmup_steps)
+            step_lr = lr * warmup_factor(global_step, train.warmup_steps)
             self.optimizer.learning_rate = step_lr
-            metrics, state, memory = self.train_step(batch, state, memory)
+            metrics, state, memory = self.train_step(
+                batch, state, memory,
+                pointer_share=warmup_factor(global_step, train.pointer_warmup_steps))
             loss = float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
             if not math.isfinite(loss):
                 raise NonFiniteLossError(
@@ -224,7 +226,7 @@ class _Run:
         return results
 
 
-def run(config, workdir, strategy=None, verbose=1, finish=True):
+def run(config, workdir, strategy=None, verbose=1, finish=True, restart=False):
     """Trains the model of `config` in `workdir`, resuming the run there if one exists.
 
     Args:
@@ -236,6 +238,10 @@ def run(config, workdir, strategy=None, verbose=1, finish=True):
             and fit the gate's calibration when training ends (results.json). False stops after
             the last epoch's checkpoint and returns `{}`: a run trained epoch by epoch in turns
             with others (benchmarks/side_by_side.py) finishes once, at its last epoch.
+        restart: bool. Start the workdir's run again from scratch: its training outputs
+            (checkpoints, model.keras, history, steps, results, TensorBoard) are moved into
+            `previous_run_<N>/` first. Without it, a workdir whose trained run has lost its
+            checkpoints is refused (training again would replace its results).
 
     Returns:
         dict: `best_valid_perplexity`, `test_perplexity` (when the corpus has a test split),
@@ -260,7 +266,13 @@ def run(config, workdir, strategy=None, verbose=1, finish=True):
         before = _entries(workdir) if chief else None
         state = None
         try:
-            config, corpus = run_setup.prepare_workdir(config, workdir, strategy)
+            config, corpus = run_setup.prepare_workdir(config, workdir, strategy,
+                                                       restart=restart)
+            if restart and chief:
+                moved = run_files.move_training_outputs(workdir)
+                if moved is not None:
+                    logging.warning("--restart: the previous run's files were moved into %s.",
+                                    moved)
             state = _Run(config, corpus, workdir, strategy, verbose)
             state.restore()
             # Only now, with the run validated and its checkpoint read, its files are written.
@@ -295,9 +307,11 @@ def _remove_new_entries(workdir, before):
 
     The generated corpus (`synthetic_data/`), `steps.jsonl`, `tensorboard/` and the initial
     pointer weights of a refused start would otherwise stay: a corrected command with other
-    synthetic settings would read the stale corpus. Entries that existed before are kept.
+    synthetic settings would read the stale corpus. Only the entries a start creates
+    (`workdir.START_CREATES`) and that did not exist before are removed: whatever a user put
+    in the workdir meanwhile stays.
     """
-    for name in _entries(workdir) - before - {run_files.LOCK_FILE}:
+    for name in (_entries(workdir) - before) & run_files.START_CREATES:
         path = Path(workdir) / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
