@@ -9,6 +9,9 @@ exactly). Rows:
   lstm_standard    the LSTM under the standard medium regime (Zaremba et al. 2014: batch 20,
                    BPTT 35, clip 5, learning rate 1, weights uniform in [-0.05, 0.05]), the
                    comparison row for the preset's own regime (docs/design_notes.md).
+  psmm_no_pointer_warmup
+                   PSMM without the warm-up of the pointer's share (the paper's objective from
+                   the first update).
   psmm_previous, lstm_previous
                    the 0.3 medium preset's regime and start (batch 32, BPTT 100, Keras'
                    initialisers), for the comparison in docs/results.md.
@@ -44,7 +47,7 @@ flags.DEFINE_enum("preset", "medium", sorted(configs.PRESETS), "Model and traini
 flags.DEFINE_enum("dataset", "ptb", ["ptb", "wikitext2", "wikitext103", "text"], "Corpus.")
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files.")
 flags.DEFINE_list("rows", ["psmm", "lstm"], "Rows, trained in this order each epoch: psmm, lstm, "
-                  "lstm_standard, psmm_previous, lstm_previous.")
+                  "lstm_standard, psmm_no_pointer_warmup, psmm_previous, lstm_previous.")
 flags.DEFINE_integer("epochs", 6, "Epochs of every row.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed shared by all rows.")
 flags.DEFINE_integer("window_size", None, "The pointer's window L (default: the preset's).",
@@ -61,14 +64,16 @@ flags.DEFINE_list("wikitext_splits", ["train", "valid", "test"], "train,valid,te
 # rate 1, weights uniform in [-0.05, 0.05], no warm-up.
 STANDARD_MODEL = {"init_scale": 0.05}
 STANDARD_TRAIN = {"batch_size": 20, "num_predicted": 35, "clip_norm": 5.0,
-                  "learning_rate": 1.0, "warmup_steps": 0}
-# The 0.3 medium preset's start: batch 32, BPTT 100, Keras' initialisers.
+                  "learning_rate": 1.0, "warmup_steps": 0, "pointer_warmup_steps": 0}
+# The 0.3 medium preset's start: batch 32, BPTT 100, Keras' initialisers, no warm-up.
 PREVIOUS_MODEL = {"init_scale": None}
-PREVIOUS_TRAIN = {"batch_size": 32, "num_predicted": 100}
+PREVIOUS_TRAIN = {"batch_size": 32, "num_predicted": 100, "warmup_steps": 0,
+                  "pointer_warmup_steps": 0}
 ROWS = {
     "psmm": ("psmm", {}, {}),
     "lstm": ("lstm", {}, {}),
     "lstm_standard": ("lstm", STANDARD_MODEL, STANDARD_TRAIN),
+    "psmm_no_pointer_warmup": ("psmm", {}, {"pointer_warmup_steps": 0}),
     "psmm_previous": ("psmm", PREVIOUS_MODEL, PREVIOUS_TRAIN),
     "lstm_previous": ("lstm", PREVIOUS_MODEL, PREVIOUS_TRAIN),
 }

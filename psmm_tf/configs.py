@@ -2,7 +2,8 @@
 
 Presets follow the paper's section 5.2 for the network: `medium` is the 2x650 LSTM of the PTB
 table (window 100, dropout 0.5), trained in Zaremba et al.'s medium regime (batch 20, BPTT 35,
-weights uniform in [-0.05, 0.05]; `large`: 2x1500, [-0.04, 0.04]). `tiny` is for tests, `small`
+weights uniform in [-0.05, 0.05]; `large`: 2x1500, [-0.04, 0.04]), the pointer's share in the
+objective warmed up over the first 100 updates. `tiny` is for tests, `small`
 (2x200) for CPU benchmarks. Every preset trains with SGD at learning
 rate 1 on the mixture's negative log-likelihood (eq. 9's pointer term has weight 0:
 `pointer_loss_weight`) summed over a window's targets, the LSTM's gradient norm clipped at 5
@@ -319,15 +320,17 @@ PRESETS = {
         TrainConfig(batch_size=20, num_predicted=35, eval_length=100),
     ),
     # The paper's PTB model (2x650, window 100, dropout 0.5) in Zaremba et al.'s medium regime:
-    # batch 20, BPTT 35, weights uniform in [-0.05, 0.05] (docs/design_notes.md).
+    # batch 20, BPTT 35, weights uniform in [-0.05, 0.05]; the pointer's share warmed up over
+    # the first 100 updates (docs/design_notes.md).
     "medium": ExperimentConfig(ModelConfig(init_scale=0.05),
-                               TrainConfig(batch_size=20, num_predicted=35)),
+                               TrainConfig(batch_size=20, num_predicted=35,
+                                           pointer_warmup_steps=100)),
     # 2x1500 (the size of Zaremba et al.'s large model).
     "large": ExperimentConfig(
         ModelConfig(embedding_dim=1500, hidden_dim=1500, num_layers=2, window_size=100,
                     input_dropout=0.65, hidden_dropout=0.65, output_dropout=0.65, zoneout=0.1,
                     init_scale=0.04),
-        TrainConfig(batch_size=20, num_predicted=35),
+        TrainConfig(batch_size=20, num_predicted=35, pointer_warmup_steps=100),
     ),
 }
 

@@ -54,9 +54,10 @@ class FlagsToConfigTest(tf.test.TestCase):
     def test_the_start_flags(self):
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--preset=medium", "--init_scale=0",
-                            "--warmup_steps=30")
+                            "--warmup_steps=30", "--pointer_warmup_steps=0")
         self.assertIsNone(config.model.init_scale)  # 0: Keras' initialisers
         self.assertEqual(config.train.warmup_steps, 30)
+        self.assertEqual(config.train.pointer_warmup_steps, 0)
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--preset=small", "--init_scale=0.1")
         self.assertEqual(config.model.init_scale, 0.1)
@@ -124,6 +125,7 @@ class FlagsToConfigTest(tf.test.TestCase):
                                                      f"{medium.train.pointer_clip_norm}")
         self.assertEqual(notes["initial_gate"], "default from --preset=medium: 0")
         self.assertEqual(notes["init_scale"], "default from --preset=medium: 0.05")
+        self.assertEqual(notes["pointer_warmup_steps"], "default from --preset=medium: 100")
         self.assertEqual(config_flags.preset_notes("small")["init_scale"],
                          "default from --preset=small: 0")
         self.assertEqual(notes["context_length"],
@@ -150,6 +152,8 @@ class FlagsToConfigTest(tf.test.TestCase):
             (["--pointer_loss_weight=-0.5"], bad_value,
              r"--pointer_loss_weight=-0.5: must be a finite number >= 0"),
             (["--warmup_steps=-3"], bad_value, r"--warmup_steps=-3: must be an integer >= 0"),
+            (["--pointer_warmup_steps=-1"], bad_value,
+             r"--pointer_warmup_steps=-1: must be an integer >= 0"),
             (["--init_scale=-0.05"], bad_value,
              r"--init_scale=-0.05: must be a finite number >= 0"),
             (["--init_scale=inf"], bad_value, r"--init_scale=inf: must be a finite number >= 0"),
