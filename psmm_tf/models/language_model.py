@@ -233,6 +233,13 @@ class LanguageModel(ScoringMixin, keras.Model):
         """Gives the softmax the vocabulary's words (needed by the CNN softmax only)."""
         if self.softmax == "cnn":
             self.vocab_head.set_vocabulary(list(words))
+            self.reset_compiled_functions()
+
+    def reset_compiled_functions(self):
+        """Drops the model's cached compiled functions (`score`'s), so the next call traces
+        them again: a setter that changes what a trace baked in (a Python attribute, not a
+        variable) calls it."""
+        self._score_function = None
 
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
              targets=None, training=False):

@@ -59,9 +59,11 @@ class PointerSentinelLM(LanguageModel):
         return config
 
     def set_gate_calibration(self, gate_calibration):
-        """Sets (or with None removes) the gate's `(scale, bias)`; functions traced before
-        keep the old gate: trace new ones."""
+        """Sets (or with None removes) the gate's `(scale, bias)`. The model's own compiled
+        functions (`score`) are traced again; functions a caller traced before keep the old
+        gate."""
         self.pointer.gate_calibration = check_gate_calibration(gate_calibration)
+        self.reset_compiled_functions()
 
 
 def _offset(seed, offset):

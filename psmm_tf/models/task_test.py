@@ -117,6 +117,20 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "`target_ids` holds the id 99"):
             model.score(ids, bad_padding)
 
+    def test_score_after_set_gate_calibration_uses_the_new_gate(self):
+        # score() compiles once; the calibration is a Python attribute its trace bakes in.
+        model = _task(preprocessor=False)
+        ids = np.random.default_rng(1).integers(0, len(WORDS), (2, 7)).astype("int32")
+        before = keras.ops.convert_to_numpy(model.score(ids[:, :-1], ids[:, 1:])["gate"])
+        model.set_gate_calibration((1.0, 3.0))  # the gate's logit + 3
+        after = keras.ops.convert_to_numpy(model.score(ids[:, :-1], ids[:, 1:])["gate"])
+        logit = np.log(before) - np.log1p(-before)
+        self.assertAllClose(after, 1 / (1 + np.exp(-(logit + 3.0))), atol=1e-5)
+        model.set_gate_calibration(None)
+        self.assertAllClose(
+            keras.ops.convert_to_numpy(model.score(ids[:, :-1], ids[:, 1:])["gate"]), before,
+            atol=1e-6)
+
     def test_mixed_bfloat16_state_chains_from_one_score_to_the_next(self):
         # score() returns the state and memory in the compute dtype; passed back in, they
         # continue the text as one call over all of it does.
