@@ -36,6 +36,35 @@ class ReadmeRecipeTest(testing.TestCase):
         self.assertBetween(loss, 0.5 * np.log(1000), 2.0 * np.log(1000))
 
 
+def library_blocks():
+    """The python blocks of the README's "The library" section."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## The library", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+class ReadmeLibraryTest(testing.TestCase):
+
+    def test_the_library_blocks_run_and_agree_with_numpy(self):
+        blocks = library_blocks()
+        self.assertLen(blocks, 2)
+        namespace = {}
+        exec(compile(blocks[0], str(README), "exec"), namespace)  # noqa: S102
+        dist = ops.convert_to_numpy(namespace["dist"])
+        self.assertAllClose(dist.sum(-1), np.ones(dist.shape[:2]), atol=1e-5)
+        targets = namespace["targets"]
+        picked = np.take_along_axis(dist, targets[..., None], axis=-1)[..., 0]
+        self.assertAllClose(ops.convert_to_numpy(namespace["log_p"]), np.log(picked),
+                            atol=1e-5)
+        expected = testing.reference_pointer_loss(
+            ops.convert_to_numpy(namespace["attention"]), ops.convert_to_numpy(namespace["gate"]),
+            namespace["key_ids"], targets)
+        self.assertAllClose(ops.convert_to_numpy(namespace["nll_ptr"]), expected, atol=1e-5)
+        namespace = {}
+        exec(compile(blocks[1], str(README), "exec"), namespace)  # noqa: S102
+        self.assertEqual(namespace["model"].backbone.init_scale, 0.05)
+
+
 if __name__ == "__main__":
     import tensorflow as tf
 
