@@ -1,6 +1,7 @@
 """What every language-model task shares: a backbone, windows, carried state and memory, score."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from psmm_tf.layers import (
@@ -17,6 +18,8 @@ from psmm_tf.models.inputs import validate_inputs
 
 SOFTMAX_KINDS = ("full", "sampled", "cnn")
 SCORING_MODES = ("log_probs", "loss")
+# `score` reads longer rows in pieces of this many positions.
+SCORE_PIECE_LENGTH = 128
 
 
 class ScoringMixin:
@@ -42,6 +45,10 @@ class ScoringMixin:
             `(batch_size, T)` (the share of the vocabulary softmax; 1 for models without a
             pointer), and the `state` and `memory` to pass to the call for the next piece of the
             same texts.
+
+        Rows longer than `SCORE_PIECE_LENGTH` tokens are read in pieces of that length, carrying
+        the state and memory (the same numbers as one pass), so memory and compile time stay
+        bounded whatever the length.
         """
         if scoring_mode not in SCORING_MODES:
             raise ValueError(f"scoring_mode must be one of {SCORING_MODES}, got "
@@ -57,12 +64,29 @@ class ScoringMixin:
             from psmm_tf.compiled import inference_function
 
             self._score_function = inference_function(self, self._score)
-        result = self._score_function(checked["token_ids"], checked["target_ids"],
-                                      checked["padding_mask"], checked["state"],
-                                      checked["memory"])
+        result = self._score_in_pieces(checked)
         if scoring_mode == "loss":
             result["loss"] = -result.pop("log_probs")
         return result
+
+    def _score_in_pieces(self, checked):
+        """`_score_function` over pieces of at most `SCORE_PIECE_LENGTH` positions."""
+        inputs = [checked[k] for k in ("token_ids", "target_ids", "padding_mask")]
+        state, memory = checked["state"], checked["memory"]
+        steps = inputs[0].shape[1]
+        if steps <= SCORE_PIECE_LENGTH:
+            return self._score_function(*inputs, state, memory)
+        # Padded to whole pieces (one compiled length); padding leaves state and memory alone.
+        padded = -(-steps // SCORE_PIECE_LENGTH) * SCORE_PIECE_LENGTH
+        inputs = [np.pad(x, ((0, 0), (0, padded - steps))) for x in inputs]
+        pieces = []
+        for start in range(0, padded, SCORE_PIECE_LENGTH):
+            piece = [x[:, start:start + SCORE_PIECE_LENGTH] for x in inputs]
+            pieces.append(self._score_function(*piece, state, memory))
+            state, memory = pieces[-1]["state"], pieces[-1]["memory"]
+        return {"log_probs": ops.concatenate([p["log_probs"] for p in pieces], 1)[:, :steps],
+                "gate": ops.concatenate([p["gate"] for p in pieces], 1)[:, :steps],
+                "state": state, "memory": memory}
 
     def score_text(self, texts):
         """Scores whole texts with the model's `preprocessor`, as the SavedModel's `score_text`.
@@ -332,8 +356,6 @@ class LanguageModel(ScoringMixin, keras.Model):
 
 
 def _perplexity(log_likelihood, num_tokens):
-    import numpy as np
-
     with np.errstate(over="ignore"):
         return np.exp(-log_likelihood / np.maximum(num_tokens, 1)).astype("float32")
 

@@ -117,6 +117,28 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "`target_ids` holds the id 99"):
             model.score(ids, bad_padding)
 
+    @parameterized.parameters(PointerSentinelLM, LSTMLanguageModel)
+    def test_long_rows_are_scored_in_pieces_with_one_pass_numbers(self, cls):
+        from psmm_tf.models.language_model import SCORE_PIECE_LENGTH
+
+        model = _task(cls, preprocessor=False)
+        steps = 2 * SCORE_PIECE_LENGTH + 37
+        ids = np.random.default_rng(2).integers(0, len(WORDS), (2, steps + 1)).astype("int32")
+        mask = np.ones((2, steps), bool)
+        mask[1, steps - 60:] = False  # the second text ends early: padding in two pieces
+        scored = model.score(ids[:, :-1], ids[:, 1:], padding_mask=mask)
+        # One eager pass over the whole rows (the model's own call, no pieces).
+        whole = model._score(ids[:, :-1], ids[:, 1:], mask, model.zero_state(2),
+                             model.empty_memory(2))
+        for key in ("log_probs", "gate"):
+            self.assertAllClose(keras.ops.convert_to_numpy(scored[key]),
+                                keras.ops.convert_to_numpy(whole[key]), atol=1e-5, msg=key)
+        for got, want in zip(keras.tree.flatten(scored["state"]),
+                             keras.tree.flatten(whole["state"]), strict=True):
+            self.assertAllClose(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want),
+                                atol=1e-5)
+        self.assertEqual(scored["log_probs"].shape, (2, steps))
+
     def test_score_after_set_gate_calibration_uses_the_new_gate(self):
         # score() compiles once; the calibration is a Python attribute its trace bakes in.
         model = _task(preprocessor=False)
