@@ -79,6 +79,7 @@ def _main(argv):
         cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
     if FLAGS.export_base is None:
         cli.usage_error(PROGRAM, "--export_base is required: the folder of the versions.")
+    cli.require_tensorflow_backend(PROGRAM)
     settings = cache_settings(FLAGS.cache_window, FLAGS.cache_theta, FLAGS.cache_lambda)
     try:
         model, vocab, config_json, source = load_model(

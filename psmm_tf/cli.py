@@ -137,6 +137,20 @@ def flag_in(argv, name, flag_values):
     return value
 
 
+def require_tensorflow_backend(program):
+    """Exits (status 1) unless Keras runs on TensorFlow: the trainers, evaluation and export
+    use tf.data, tf.distribute, TensorFlow checkpoints and SavedModels."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        sys.exit(f"FATAL {program} runs on Keras' TensorFlow backend (tf.data, tf.distribute, "
+                 f"TensorFlow checkpoints and SavedModels), but the Keras backend is "
+                 f"{backend!r} (KERAS_BACKEND). Unset KERAS_BACKEND or set it to tensorflow; "
+                 f"on {backend}, the models load and score (keras.saving.load_model) and "
+                 f"psmm_tf.jax_train_step.JaxTrainStep trains from Python. Nothing was written.")
+
+
 def usage_error(program, message):
     """Exits with a refused combination of flags: the message and where the help is."""
     sys.exit(f"FATAL Flags error: {message}\nTry {program} --help.")

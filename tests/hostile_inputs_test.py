@@ -185,6 +185,30 @@ class FailedStartTest(_TrainedRunTestCase):
         self.assertTrue((workdir / "config.json").is_file())
 
 
+class OtherBackendTest(_TrainedRunTestCase):
+    def test_the_programs_refuse_a_jax_backend_up_front(self):
+        # Issue 27: `KERAS_BACKEND=jax psmm-train` ended in a TensorFlow Checkpoint traceback.
+        workdir = self.copy_run("jax_backend")
+        before = snapshot(workdir)
+        root = Path(self.get_temp_dir())
+        programs = {
+            "psmm-train": ("trainers/train.py", ["--preset=tiny", "--dataset=synthetic",
+                                                 f"--workdir={root / 'jax_new_run'}"]),
+            "psmm-evaluate": ("trainers/evaluate.py", [f"--workdir={workdir}"]),
+            "psmm-export": ("export/export_saved_model.py",
+                            [f"--workdir={workdir}", f"--export_base={root / 'jax_export'}"]),
+        }
+        for program, (script, args) in programs.items():
+            with self.subTest(program=program):
+                done = run_script(script, args, env={"KERAS_BACKEND": "jax"})
+                self.assertEqual(done.returncode, 1, done.stderr[-2000:])
+                self.assertIn(f"FATAL {program} runs on Keras' TensorFlow backend", done.stderr)
+                self.assertIn("the Keras backend is 'jax' (KERAS_BACKEND)", done.stderr)
+        self.assertEqual(snapshot(workdir), before)
+        self.assertFalse((root / "jax_new_run").exists())
+        self.assertFalse((root / "jax_export").exists())
+
+
 class WorkdirLockTest(_TrainedRunTestCase):
     def test_second_run_on_a_workdir_in_use_is_refused(self):
         workdir = self.copy_run("busy")

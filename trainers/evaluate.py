@@ -81,6 +81,7 @@ PROGRAM = "psmm-evaluate"
 def _main(argv):
     if len(argv) > 1:
         cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
+    cli.require_tensorflow_backend(PROGRAM)
     # TensorFlow's own INFO lines (one per checkpoint shard) would drown the progress.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     from psmm_tf.evaluation import evaluate_lib

@@ -89,6 +89,7 @@ def config_from_flags(f=FLAGS):
 def _main(argv):
     if len(argv) > 1:
         cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
+    cli.require_tensorflow_backend(PROGRAM)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # no INFO line per shard
     try:
         config = config_from_flags()
