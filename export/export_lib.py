@@ -298,8 +298,9 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
         ValueError: a version < 1.
     """
     version = next_version(export_base) if version is None else int(version)
-    if version < 1:
-        raise ValueError(f"version must be >= 1, got {version}.")
+    if not 1 <= version < 2**63:
+        raise ValueError(f"version must be an integer in [1, 2**63) (TF Serving's int64 "
+                         f"versions), got {version}.")
     final = os.path.join(export_base, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists; versions are never overwritten.")
@@ -317,6 +318,7 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
             module.memory_size,
             module.eos_id,
             module.cache.window if module.cache else None,
+            max_tokens=module.max_tokens,
         )
         warmup.write_warmup_file(os.path.join(extra, warmup.WARMUP_FILE), model_name, requests)
         if config_json is not None:

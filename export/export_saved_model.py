@@ -41,12 +41,13 @@ flags.DEFINE_enum("model_source", None, ["best", "latest"], "With --workdir: bes
                   "latest; best for an input-to-output gate run.", flag_values=FLAGS)
 flags.DEFINE_integer("model_version", None, "Version folder to write, >= 1 (default: the next "
                      "integer).", flag_values=FLAGS)
-flags.register_validator("model_version", lambda v: v is None or v >= 1, message="must be an "
-                         "integer >= 1 (TF Serving loads positive version folders only).",
-                         flag_values=FLAGS)
+flags.register_validator("model_version", lambda v: v is None or 1 <= v < 2**63,
+                         message="must be an integer in [1, 2**63) (TF Serving loads positive "
+                         "int64 version folders only).", flag_values=FLAGS)
 flags.DEFINE_integer("max_request_tokens", export_lib.serving_module.DEFAULT_MAX_TOKENS,
                      "Most tokens one request may hold (batch x longest text); a larger request "
-                     "is refused naming its input.", lower_bound=1, flag_values=FLAGS)
+                     "is refused naming its input; at least 2 (a one-word text and its "
+                     "<eos>).", lower_bound=2, flag_values=FLAGS)
 flags.DEFINE_string("model_name", "psmm", "Model name in the warmup requests.", flag_values=FLAGS)
 cli.define_version_flag(FLAGS)
 flags.DEFINE_integer("cache_window", None, "Export with a neural cache (Grave et al. 2017) of "

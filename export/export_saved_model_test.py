@@ -118,18 +118,33 @@ class ExportTest(tf.test.TestCase):
                                           config=f"{self.workdir}/config.json",
                                           vocab=f"{self.workdir}/vocab.txt")
 
-    def test_warmup_requests_replay(self):
+    def replay_warmup(self, base, version):
+        """Replays an export's warmup requests against it; returns the signatures seen."""
         logs = warmup.read_warmup_file(
-            os.path.join(self.export_dir, "assets.extra", warmup.WARMUP_FILE))
+            os.path.join(base, str(version), "assets.extra", warmup.WARMUP_FILE))
+        client = LocalClient(base, version=version)
         names = set()
         for log in logs:
             request = log.predict_log.request
             self.assertEqual(request.model_spec.name, "psmm")
             inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-            outputs = self.client.predict(request.model_spec.signature_name, inputs)
+            outputs = client.predict(request.model_spec.signature_name, inputs)
             self.assertNotEmpty(outputs)
             names.add(request.model_spec.signature_name)
-        self.assertEqual(names, set(SIGNATURES) - {"score_text"})
+        return names
+
+    def test_warmup_requests_replay(self):
+        self.assertEqual(self.replay_warmup(self.base, 1), set(SIGNATURES) - {"score_text"})
+
+    def test_warmup_requests_fit_a_small_request_limit(self):
+        # Issue 27 (silent 10): under ~488 tokens the export's own warmup was refused, and TF
+        # Serving would not have loaded the version.
+        base = os.path.join(self.tmp, "small_limit")
+        for version, limit in ((1, 100), (2, 2)):
+            testing.run_main([f"--workdir={self.workdir}", f"--export_base={base}",
+                              f"--max_request_tokens={limit}"])
+            self.assertEqual(self.replay_warmup(base, version), set(SIGNATURES) - {"score_text"},
+                             f"limit {limit}")
 
     def test_models_config_example_parses(self):
         path = os.path.join(os.path.dirname(__file__), "models.config")

@@ -43,7 +43,8 @@ def zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id, cache_wi
     return state
 
 
-def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id, cache_window=None):
+def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id, cache_window=None,
+                  max_tokens=None):
     """`(signature_name, inputs)` pairs: every signature at batch sizes 1 and 8.
 
     Args:
@@ -51,12 +52,25 @@ def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id, cache_win
         num_layers, hidden_dim, memory_size: the model's state sizes.
         eos_id: int. The id of `<eos>`.
         cache_window: optional int. The neural cache's window, for exports with a cache.
+        max_tokens: optional int. The export's request limit (batch x longest text, a text's
+            `<eos>` included): the requests are shortened, or a batch size left out, to fit it,
+            so that the server's own warmup is never refused.
 
     Returns:
         list of `(str, dict of numpy arrays)`.
+
+    Raises:
+        ValueError: `max_tokens` < 2 (one word and its `<eos>`).
     """
+    if max_tokens is not None and max_tokens < 2:
+        raise ValueError(f"max_tokens must be >= 2 (a one-word text and its <eos>), got "
+                         f"{max_tokens}.")
     requests = []
     for batch_size, num_words in ((1, 20), (8, 60)):
+        if max_tokens is not None:
+            num_words = min(num_words, max_tokens // batch_size - 1)  # + <eos> per text
+            if num_words < 1:
+                continue
         texts = np.array(sample_texts(tokens, batch_size, num_words, seed=batch_size), object)
         ids = np.random.default_rng(batch_size).integers(
             0, len(tokens), size=(batch_size, num_words)).astype(np.int32)

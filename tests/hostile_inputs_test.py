@@ -445,7 +445,12 @@ class ExportTest(_TrainedRunTestCase):
         base = Path(self.get_temp_dir()) / "exports"
         for argv, message in [
             ([f"--workdir={run}", "--model_version=0"],
-             r"flag --model_version=0: must be an integer >= 1"),
+             r"flag --model_version=0: must be an integer in \[1, 2\*\*63\)"),
+            # Issue 27 (silent 11): accepted before, though TF Serving's versions are int64.
+            ([f"--workdir={run}", "--model_version=99999999999999999999"],
+             r"flag --model_version=99999999999999999999: must be an integer in \[1, 2\*\*63\)"),
+            ([f"--workdir={run}", "--max_request_tokens=1"],
+             r"flag --max_request_tokens=1: 1 is not integer >= 2"),
             ([f"--workdir={run}", f"--vocab={permuted}"],
              r"psmm-export: Vocabulary .*permuted_vocab.txt is not the one the model of "
              r".*export_run was trained with"),
