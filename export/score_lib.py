@@ -17,21 +17,43 @@ OPTIONS = ("model", "rest", "grpc", "model_name", "model_version", "input", "for
            "independent", "lines_per_request", "timeout")
 
 
-def line_results(outputs, row, first_line):
-    """Splits one row of scoring outputs into per-line results at its `<eos>` tokens."""
+def line_results(outputs, row, first_line, line_lengths=None):
+    """Splits one row of scoring outputs into per-line results.
+
+    Args:
+        outputs: a scoring signature's outputs. row: int. first_line: the row's first line's
+            number (1-based).
+        line_lengths: the number of tokens of each of the row's lines (its words and its
+            `<eos>`); None: the row is one line. Counted, not found at `<eos>` tokens: a line
+            may hold the word "<eos>" itself.
+
+    Raises:
+        ServingError: the server returned another number of tokens than the lines hold.
+    """
     count = int(outputs["num_tokens"][row])
+    line_lengths = [count] if line_lengths is None else list(line_lengths)
+    if sum(line_lengths) != count:
+        raise ServingError(f"The server returned {count} tokens for lines that hold "
+                           f"{sum(line_lengths)} (their words and an <eos> each): is it serving "
+                           f"a psmm export?")
     tokens = list(outputs["tokens"][row][:count])
     log_probs = outputs["log_probs"][row][:count].astype(float)
     gate = outputs["gate"][row][:count].astype(float)
-    start, line = 0, first_line
-    for end, token in enumerate(tokens, start=1):
-        if token == "<eos>":
-            total = float(np.sum(log_probs[start:end]))
-            yield {"line": line, "tokens": tokens[start:end],
-                   "log_probs": log_probs[start:end].tolist(), "gate": gate[start:end].tolist(),
-                   "num_tokens": end - start, "log_likelihood": total,
-                   "perplexity": math.exp(-total / (end - start))}
-            start, line = end, line + 1
+    start = 0
+    for line, length in enumerate(line_lengths, start=first_line):
+        end = start + length
+        total = float(np.sum(log_probs[start:end]))
+        yield {"line": line, "tokens": tokens[start:end],
+               "log_probs": log_probs[start:end].tolist(), "gate": gate[start:end].tolist(),
+               "num_tokens": length, "log_likelihood": total,
+               "perplexity": math.exp(-total / length)}
+        start = end
+
+
+def line_length(line):
+    """Tokens of one line as the corpus readers read it: its words, then `<eos>`
+    (`psmm_tf.data.corpus.line_tokens`)."""
+    return len(line.split()) + 1
 
 
 def _initial_state(client):
@@ -57,7 +79,7 @@ def score_document(client, lines, lines_per_request=64):
         texts = np.array(["\n".join(chunk) + "\n"], dtype=object)
         outputs = client.predict("score_text_stream", {"texts": texts, **state})
         state = {name: outputs[name] for name in names}
-        yield from line_results(outputs, 0, first + 1)
+        yield from line_results(outputs, 0, first + 1, [line_length(line) for line in chunk])
 
 
 def score_independent(client, lines, batch_size=32):

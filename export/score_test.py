@@ -82,6 +82,23 @@ class ScoreTest(tf.test.TestCase):
         first = [float(r.split("\t")[1]) for r in rows[:7]]
         self.assertAllClose(first, self.whole["log_probs"][0][:7], atol=1e-5)
 
+    def test_a_line_holding_the_word_eos_is_one_line(self):
+        # Issue 27 (silent 9): lines were split at every <eos> token, the word's included, so
+        # two lines were reported as lines 1, 2 and 3.
+        path = os.path.join(self.tmp, "eos_word.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("the cat <eos> sat down\nsecond line\n")
+        for extra in ([], ["--independent"]):
+            with self.subTest(extra=extra):
+                status, output = run_cli(["--model", self.base, "--input", path, "--format",
+                                          "json", *extra])
+                self.assertEqual(status, 0)
+                lines, total = json_results(output)
+                self.assertEqual([r["line"] for r in lines], [1, 2])
+                self.assertEqual([r["num_tokens"] for r in lines], [6, 3])
+                self.assertEqual(lines[0]["tokens"][2], "<eos>")
+                self.assertEqual(total["num_tokens"], 9)
+
     def test_independent_lines(self):
         status, output = run_cli(["--model", self.base, "--input", self.input, "--format",
                                   "json", "--independent"])
