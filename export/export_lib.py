@@ -224,6 +224,9 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
         except (ValueError, OSError, zipfile.BadZipFile) as err:  # truncated, not a .keras
             raise ValueError(f"{keras_model} cannot be read as a .keras model (truncated or "
                              f"another format?): {str(err).splitlines()[0][:300]}") from None
+        if config_json is not None:
+            run_files.check_model_matches(
+                model, ExperimentConfig.from_json(config_json).model, keras_model)
         source = run_files.describe_model_source("best", keras_model)
     else:
         if config_json is None:

@@ -221,7 +221,8 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
         workdir: str or path. A training run's folder.
         model_source: "best" (`model.keras`) or "latest" (the newest readable checkpoint,
             restored into the model `config` describes, with `vocabulary`).
-        config: the run's `ExperimentConfig` (default: its `config.json`); "latest" only.
+        config: the run's `ExperimentConfig` (default: its `config.json`): "latest" builds its
+            model; "best" checks that `model.keras` is that model (sizes and kind).
         vocabulary: the run's `Vocabulary` (default: its checked `vocab.txt`); "latest" only.
         error: the ValueError subclass raised.
 
@@ -229,8 +230,9 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
         `(model, path)`: the Keras model and the file or checkpoint prefix it was read from.
 
     Raises:
-        `error`: `model.keras` is missing or damaged ("best"), or no checkpoint exists or every
-            one is damaged ("latest"), naming the files.
+        `error`: `model.keras` is missing, damaged or of another model than the config's
+            ("best"), or no checkpoint exists or every one is damaged ("latest"), naming the
+            files.
     """
     check_model_source(model_source)
     workdir = Path(workdir)
@@ -245,11 +247,16 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
                         "first validation that improves); use model_source=latest for its "
                         "newest checkpoint.")
         try:
-            return keras.saving.load_model(path), str(path)
+            model = keras.saving.load_model(path)
         except (ValueError, OSError, zipfile.BadZipFile) as err:  # truncated, overwritten
             raise error(f"{path} cannot be read as a .keras model (truncated or damaged: "
                         f"{str(err).splitlines()[0][:200]}). Move it away, or use "
                         f"model_source=latest for the newest checkpoint.") from None
+        if config is None and (workdir / CONFIG_FILE).is_file():
+            config = load_config(workdir, error=error)
+        if config is not None:
+            check_model_matches(model, config.model, path, error)
+        return model, str(path)
     from psmm_tf.models import build_model
     from psmm_tf.training import checkpointing
 
@@ -282,3 +289,15 @@ def move_training_outputs(workdir):
     for name in present:
         os.rename(workdir / name, target / name)
     return target
+
+
+def check_model_matches(model, model_config, path, error=ValueError):
+    """Raises `error` unless the model read from `path` is the one `model_config` describes
+    (e.g. a model.keras copied from another run)."""
+    from psmm_tf.models import model_config_differences
+
+    differences = model_config_differences(model, model_config)
+    if differences:
+        raise error(f"{path} is not the model its run's config describes ("
+                    + "; ".join(differences) + "): was it copied from another run? Restore the "
+                    "run's own file, or use model_source=latest for its newest checkpoint.")

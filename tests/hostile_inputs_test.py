@@ -466,6 +466,35 @@ class ExportTest(_TrainedRunTestCase):
                 self.assertFalse(base.exists())
         self.assertEqual(snapshot(run), before)
 
+    def test_a_model_keras_of_another_run_is_refused(self):
+        # Issue 27 (silent 6): another run's model.keras (hidden 32) in a hidden-16 run was
+        # exported with assets.extra/config.json saying 16.
+        from psmm_tf.models import build_model
+
+        run = self.copy_run("swapped_model")
+        config = run_files.load_config(run)
+        other = build_model(configs.dataclasses.replace(config.model, hidden_dim=32))
+        other.save(run / "model.keras")
+        before = snapshot(run)
+        base = Path(self.get_temp_dir()) / "swapped_exports"
+        message = (r"model.keras is not the model its run's config describes \(hidden_dim: "
+                   r"config 16, model 32\)")
+        code, _, stderr = testing.run_export_main([f"--workdir={run}", "--model_source=best",
+                                                   f"--export_base={base}"])
+        self.assertEqual(code, 1)
+        self.assertRegex(stderr, message)
+        code, _, stderr = testing.run_export_main([
+            f"--keras_model={run / 'model.keras'}", f"--config={run / 'config.json'}",
+            f"--vocab={run / 'vocab.txt'}", f"--export_base={base}"])
+        self.assertEqual(code, 1)
+        self.assertRegex(stderr, message)
+        done = run_script("trainers/evaluate.py", [f"--workdir={run}", "--model_source=best",
+                                                   "--max_tokens=50"])
+        self.assertEqual(done.returncode, 1, done.stderr[-2000:])
+        self.assertRegex(done.stderr, message)
+        self.assertFalse(base.exists())
+        self.assertEqual(snapshot(run), before)
+
     def test_export_of_an_empty_workdir_names_the_missing_file(self):
         workdir = Path(self.get_temp_dir()) / "empty_workdir"
         workdir.mkdir(exist_ok=True)

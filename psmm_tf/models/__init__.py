@@ -1,5 +1,6 @@
 """Language models: the backbone and the tasks built on it."""
 
+import dataclasses
 import os
 
 import keras
@@ -73,6 +74,29 @@ def build_model(model_config, preprocessor=None):
     )
 
 
+def model_config_differences(model, model_config):
+    """How a (loaded) `model` differs from the model `model_config` describes.
+
+    Returns:
+        A list of strings, one per difference ("hidden_dim: config 16, model 32"; the class
+        first where it differs); empty when `model` is that model. With `base_model` set, the
+        model must be an `InputOutputGateLM` and its base model is compared.
+    """
+    if model_config.base_model is not None:
+        if not isinstance(model, InputOutputGateLM):
+            return [f"class: config an InputOutputGateLM (base_model set), model "
+                    f"{type(model).__name__}"]
+        model = model.base_model
+    expected_class = MODEL_CLASSES[model_config.kind]
+    if type(model) is not expected_class:
+        return [f"kind: config {model_config.kind!r} ({expected_class.__name__}), model "
+                f"{type(model).__name__}"]
+    names = _BASE_MODEL_FIELDS + (("switch_units",) if model_config.kind == "pointer_softmax"
+                                  else ())
+    return [f"{name}: config {getattr(model_config, name)!r}, model {getattr(model, name)!r}"
+            for name in names if getattr(model, name) != getattr(model_config, name)]
+
+
 def _gated_base_model(model_config):
     """`InputOutputGateLM` over the frozen model of `model_config.base_model`."""
     path = model_config.base_model
@@ -84,15 +108,8 @@ def _gated_base_model(model_config):
     if isinstance(base, InputOutputGateLM):
         raise ValueError(f"base_model {path!r} already has an input-to-output gate; give the "
                          "model.keras of the run it was trained on.")
-    expected_class = MODEL_CLASSES[model_config.kind]
-    if type(base) is not expected_class:
-        raise ValueError(f"base_model {path!r} is a {type(base).__name__}; the config's kind "
-                         f"{model_config.kind!r} is a {expected_class.__name__}.")
-    names = _BASE_MODEL_FIELDS + (("switch_units",) if model_config.kind == "pointer_softmax"
-                                  else ())
-    differences = [f"{name}: config {getattr(model_config, name)!r}, model "
-                   f"{getattr(base, name)!r}" for name in names
-                   if getattr(base, name) != getattr(model_config, name)]
+    differences = model_config_differences(
+        base, dataclasses.replace(model_config, base_model=None))
     if differences:
         raise ValueError(f"base_model {path!r} does not match the model config ("
                          + "; ".join(differences) + ").")
@@ -112,5 +129,6 @@ __all__ = [
     "PointerSoftmaxLM",
     "build_model",
     "expected_parameter_count",
+    "model_config_differences",
     "validate_inputs",
 ]

@@ -119,8 +119,8 @@ class GatedModelTest(testing.TestCase):
                   r"11, model 10\)"),
                  ({"hidden_dim": 8, "window_size": 5}, r"hidden_dim: config 8, model 16; "
                   r"window_size: config 5, model 8"),
-                 ({"kind": "lstm"}, r"is a PointerSentinelLM; the config's kind 'lstm' is a "
-                  r"LSTMLanguageModel"),
+                 ({"kind": "lstm"}, r"does not match the model config \(kind: config 'lstm' "
+                  r"\(LSTMLanguageModel\), model PointerSentinelLM\)"),
                  ({"base_model": str(self.base_dir / "missing.keras")},
                   r"missing.keras' is not a .keras file that exists")]
         for fields, message in cases:
