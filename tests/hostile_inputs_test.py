@@ -345,7 +345,7 @@ class ResumeTest(_TrainedRunTestCase):
         original = run_setup.prepare_workdir
 
         def user_writes_then_refused(config, path, strategy, restart=False):
-            result = original(config, path, strategy, restart=restart)
+            original(config, path, strategy, restart=restart)  # writes synthetic_data/
             (Path(path) / "notes.txt").write_text("mine\n")
             (Path(path) / "evaluation_mine").mkdir()
             (Path(path) / "evaluation_mine" / "report.json").write_text("{}\n")
