@@ -1,6 +1,10 @@
 """From a `DataConfig` to a vocabulary and the token ids of each split."""
 
 import dataclasses
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +55,53 @@ def synthetic_directory(data_config, scratch_dir):
     return Path(scratch_dir)
 
 
+# Beside the generated splits: the settings they were generated with.
+SYNTHETIC_SETTINGS_FILE = "settings.json"
+_SYNTHETIC_FILES = ("train.txt", "valid.txt", "test.txt", synthetic.VOCAB_FILE)
+
+
+def ensure_synthetic_splits(directory, data_config):
+    """Generates the synthetic corpus of `data_config` into `directory` unless it is there.
+
+    The splits are written into a temporary folder beside `directory`, with the settings they
+    were generated with, and renamed into place whole: a start killed while writing leaves
+    none of them, and a folder generated with other settings is refused, not read.
+
+    Raises:
+        ValueError: `directory` holds a corpus of other settings, or an incomplete one (written
+            by a version before this check, or another program), naming it.
+    """
+    directory = Path(directory)
+    settings = {"synthetic_seed": data_config.synthetic_seed,
+                "synthetic_train_tokens": data_config.synthetic_train_tokens}
+    if directory.exists():
+        marker = directory / SYNTHETIC_SETTINGS_FILE
+        if marker.is_file():
+            stored = json.loads(marker.read_text(encoding="utf-8"))
+            if stored != settings:
+                raise ValueError(
+                    f"{directory} holds a synthetic corpus generated with {stored}, not "
+                    f"{settings}: resume the run with its own settings, or remove that folder "
+                    f"(it is generated; nothing else is in it) to generate a new one.")
+            return
+        missing = [name for name in _SYNTHETIC_FILES if not (directory / name).is_file()]
+        if missing:
+            raise ValueError(
+                f"{directory} holds an incomplete synthetic corpus (no {', '.join(missing)}): "
+                f"remove that folder (it is generated) and start again.")
+        return  # generated before the settings were kept: complete, read as it is
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        write_synthetic_splits(temporary, seed=data_config.synthetic_seed,
+                               train_tokens=data_config.synthetic_train_tokens)
+        (temporary / SYNTHETIC_SETTINGS_FILE).write_text(json.dumps(settings), encoding="utf-8")
+        os.rename(temporary, directory)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
 def load_corpus(data_config, scratch_dir=None, vocabulary=None):
     """Reads (or, for "synthetic", first writes into `scratch_dir`) a corpus; encodes its splits.
 
@@ -79,9 +130,7 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None):
     dataset = data_config.dataset
     if dataset == "synthetic":
         directory = synthetic_directory(data_config, scratch_dir)
-        if not (directory / "train.txt").is_file():
-            write_synthetic_splits(directory, seed=data_config.synthetic_seed,
-                                   train_tokens=data_config.synthetic_train_tokens)
+        ensure_synthetic_splits(directory, data_config)
         if vocabulary is None:
             vocabulary = Vocabulary.load(directory / synthetic.VOCAB_FILE)
         # Generated per run into its workdir: read directly, not prepared as a TFDS dataset.

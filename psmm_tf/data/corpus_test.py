@@ -110,5 +110,53 @@ class CorpusTest(testing.TestCase):
                 corpus.read_tokens(path)
 
 
+
+class SyntheticCorpusTest(testing.TestCase):
+    def config(self, train_tokens):
+        from psmm_tf.configs import DataConfig
+
+        return DataConfig(dataset="synthetic", synthetic_train_tokens=train_tokens)
+
+    def test_a_corpus_of_other_settings_is_refused_and_kept(self):
+        # Issue 27 (silent 7): a start killed after writing a 50k corpus, then run with 20k,
+        # trained on the 50k corpus while its config said 20k.
+        from psmm_tf.data import corpus_setup
+
+        scratch = Path(self.get_temp_dir()) / "other_settings" / "synthetic_data"
+        first = corpus_setup.load_corpus(self.config(3000), scratch_dir=scratch)
+        files = {p.name: p.read_bytes() for p in scratch.iterdir()}
+        self.assertIn("settings.json", files)
+        with self.assertRaisesRegex(ValueError, r"synthetic_data holds a synthetic corpus "
+                                                r"generated with .*3000.*, not .*2000"):
+            corpus_setup.load_corpus(self.config(2000), scratch_dir=scratch)
+        self.assertEqual({p.name: p.read_bytes() for p in scratch.iterdir()}, files)
+        again = corpus_setup.load_corpus(self.config(3000), scratch_dir=scratch)
+        self.assertAllEqual(again.ids["train"], first.ids["train"])
+
+    def test_an_interrupted_write_leaves_nothing(self):
+        from unittest import mock
+
+        from psmm_tf.data import corpus_setup
+
+        parent = Path(self.get_temp_dir()) / "interrupted"
+        scratch = parent / "synthetic_data"
+        original = corpus_setup.write_synthetic_splits
+
+        def killed_after_writing(directory, **kwargs):
+            original(directory, **kwargs)
+            raise KeyboardInterrupt  # as a signal between the splits and the settings
+
+        with mock.patch.object(corpus_setup, "write_synthetic_splits", killed_after_writing):
+            with self.assertRaises(KeyboardInterrupt):
+                corpus_setup.load_corpus(self.config(3000), scratch_dir=scratch)
+        self.assertEqual(list(parent.iterdir()), [])
+        # A folder left incomplete by an older version is named, not half-read.
+        scratch.mkdir()
+        (scratch / "train.txt").write_text("a b c\n")
+        with self.assertRaisesRegex(ValueError, r"incomplete synthetic corpus \(no valid.txt, "
+                                                r"test.txt, vocab.txt\): remove that folder"):
+            corpus_setup.load_corpus(self.config(3000), scratch_dir=scratch)
+
+
 if __name__ == "__main__":
     tf.test.main()
