@@ -7,6 +7,7 @@ Every client has `predict(signature_name, inputs)` taking and returning dicts of
 
 import json
 import os
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -172,8 +173,8 @@ class RestClient:
             self.endpoint, data=json.dumps(body).encode("utf-8"),
             headers={"Content-Type": "application/json"}, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                data = response.read()
+            data = _within_deadline(lambda: _post(request, self.timeout), self.timeout,
+                                    self.endpoint)
         except urllib.error.HTTPError as err:
             text = err.read().decode("utf-8", "replace")
             try:
@@ -194,6 +195,36 @@ class RestClient:
             raise ServingError(f"Expected named outputs from {self.endpoint}, got {reply!r:.200}")
         return {name: _decoded(np.asarray(value, dtype=object if _is_text(value) else None))
                 for name, value in outputs.items()}
+
+
+def _post(request, timeout):
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.read()
+
+
+def _within_deadline(call, seconds, endpoint):
+    """`call()`'s result, or ServingError once `seconds` have passed in all.
+
+    A socket's timeout bounds each read, not the exchange: a server that trickles a byte a
+    second never trips it. The call runs in a daemon thread, abandoned at the deadline.
+    """
+    result = {}
+
+    def target():
+        try:
+            result["value"] = call()
+        except BaseException as err:  # re-raised in the caller's thread
+            result["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise ServingError(f"No complete answer from {endpoint} within the timeout of "
+                           f"{seconds:g} s (--timeout).")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 def _is_text(value):

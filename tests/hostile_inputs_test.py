@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -541,6 +542,52 @@ class _FixedReply(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """Answers one byte every 0.2 s: every read returns within any socket timeout."""
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"outputs": {}}' * 40
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        for i in range(len(body)):
+            if self.server.stop.is_set():
+                return
+            self.wfile.write(body[i:i + 1])
+            self.wfile.flush()
+            self.server.stop.wait(0.2)
+
+    def log_message(self, *args):
+        pass
+
+
+class RestDeadlineTest(tf.test.TestCase):
+    def test_timeout_is_a_deadline_for_the_whole_answer(self):
+        # Issue 27 (silent 8): --timeout=2 against a 1 byte/s server ran 41.8 s.
+        text = Path(self.get_temp_dir()) / "text.txt"
+        text.write_text("the cat\n")
+        server = http.server.HTTPServer(("127.0.0.1", 0), _Trickle)
+        server.stop = threading.Event()
+        thread = threading.Thread(target=server.handle_request, daemon=True)
+        thread.start()
+        err = io.StringIO()
+        start = time.monotonic()
+        try:
+            with contextlib.redirect_stderr(err):
+                code = score.main([f"--rest=http://127.0.0.1:{server.server_address[1]}",
+                                   f"--input={text}", "--timeout=1"], out=io.StringIO())
+        finally:
+            server.stop.set()
+            thread.join(10)
+            server.server_close()
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertEqual(code, 1)
+        self.assertRegex(err.getvalue(), r"No complete answer from http://127.0.0.1:\d+/v1/"
+                                         r"models/psmm:predict within the timeout of 1 s "
+                                         r"\(--timeout\)")
 
 
 class RestAddressTest(tf.test.TestCase):
