@@ -227,14 +227,18 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
         if config_json is not None:
             run_files.check_model_matches(
                 model, ExperimentConfig.from_json(config_json).model, keras_model)
+        run_files.check_model_vocabulary(model, Vocabulary.load(vocab), keras_model)
         source = run_files.describe_model_source("best", keras_model)
     else:
         if config_json is None:
             raise ValueError("--config is required with --checkpoint.")
         _check_config_matches_run(config_json, checkpoint)
         model = build_model(ExperimentConfig.from_json(config_json).model)
-        model.set_vocabulary(Vocabulary.load(vocab).tokens)
-        source = run_files.describe_model_source("latest", restore_checkpoint(model, checkpoint))
+        vocabulary = Vocabulary.load(vocab)
+        model.set_vocabulary(vocabulary.tokens)
+        restored = restore_checkpoint(model, checkpoint)
+        checkpointing.check_checkpoint_vocabulary(restored, vocabulary.sha256())
+        source = run_files.describe_model_source("latest", restored)
     return model, vocab, config_json, source
 
 

@@ -25,7 +25,6 @@ training, mid-epoch included).
 This module imports neither TensorFlow nor Keras at import time.
 """
 
-import hashlib
 import json
 import os
 import zipfile
@@ -141,8 +140,7 @@ def vocabulary_hash(path):
     """sha256 (hex) of the tokens of vocabulary file `path`, in order (one per line)."""
     from psmm_tf.data.vocabulary import Vocabulary
 
-    tokens = Vocabulary.load(path).tokens
-    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
+    return Vocabulary.load(path).sha256()
 
 
 def write_vocabulary(workdir, vocabulary):
@@ -223,7 +221,9 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
             restored into the model `config` describes, with `vocabulary`).
         config: the run's `ExperimentConfig` (default: its `config.json`): "latest" builds its
             model; "best" checks that `model.keras` is that model (sizes and kind).
-        vocabulary: the run's `Vocabulary` (default: its checked `vocab.txt`); "latest" only.
+        vocabulary: the run's `Vocabulary` (default: its checked `vocab.txt`): "latest" gives
+            it to the model and checks it against the checkpoint's recorded hash; "best" checks
+            it against the vocabulary saved inside `model.keras`.
         error: the ValueError subclass raised.
 
     Returns:
@@ -256,6 +256,10 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
             config = load_config(workdir, error=error)
         if config is not None:
             check_model_matches(model, config.model, path, error)
+        if vocabulary is None and (workdir / VOCAB_FILE).is_file():
+            vocabulary = load_vocabulary(workdir, error=error)
+        if vocabulary is not None:
+            check_model_vocabulary(model, vocabulary, path, error)
         return model, str(path)
     from psmm_tf.models import build_model
     from psmm_tf.training import checkpointing
@@ -271,6 +275,7 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
     if path is None:
         raise error(f"{workdir} holds no checkpoint ({CHECKPOINT_DIR}/ckpt-N): no trained "
                     "model to load as model_source=latest.")
+    checkpointing.check_checkpoint_vocabulary(path, vocabulary.sha256(), error)
     return model, path
 
 
@@ -301,3 +306,17 @@ def check_model_matches(model, model_config, path, error=ValueError):
         raise error(f"{path} is not the model its run's config describes ("
                     + "; ".join(differences) + "): was it copied from another run? Restore the "
                     "run's own file, or use model_source=latest for its newest checkpoint.")
+
+
+def check_model_vocabulary(model, vocabulary, path, error=ValueError):
+    """Raises `error` when the vocabulary saved inside a `.keras` model (its preprocessor's) is
+    not `vocabulary`: a vocab.txt and vocab.sha256 copied from another run agree with each
+    other, not with the model. Models saved without a preprocessor are not checked."""
+    preprocessor = getattr(getattr(model, "base_model", model), "preprocessor", None)
+    own = getattr(preprocessor, "vocabulary", None)
+    if own is not None and own.sha256() != vocabulary.sha256():
+        raise error(f"{path} was trained with another vocabulary (its own, saved inside it: "
+                    f"{len(own)} tokens, sha256 {own.sha256()[:16]}...) than the run's "
+                    f"{VOCAB_FILE} ({len(vocabulary)} tokens, sha256 "
+                    f"{vocabulary.sha256()[:16]}...): restore the run's own {VOCAB_FILE} and "
+                    f"{VOCAB_HASH_FILE}.")

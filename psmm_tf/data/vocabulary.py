@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -165,6 +166,11 @@ class Vocabulary:
         if UNK_TOKEN not in seen:
             raise ValueError(f"{path}: no {UNK_TOKEN} line; a vocabulary needs {UNK_TOKEN}.")
         return cls(tokens)
+
+    def sha256(self) -> str:
+        """sha256 (hex) of the tokens in id order: what `vocab.sha256`, model checkpoints and
+        the checks of a vocabulary against a model compare."""
+        return hashlib.sha256("\n".join(self._tokens).encode("utf-8")).hexdigest()
 
     def save(self, path: PathLike) -> None:
         """Writes the vocabulary as UTF-8, one token per line, line number (from 0) = id."""

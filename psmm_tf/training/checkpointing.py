@@ -21,6 +21,9 @@ A checkpoint holds, under these keys:
     schedule    `PlateauSchedule`: learning rate, best / previous perplexity, bad epochs
     progress    epoch, step within it (the next window to read), global step
     carry       the LSTM state and pointer memory carried into that next window, global rows
+    vocabulary  (since 0.4) the sha256 of the run's vocabulary tokens (`vocab.sha256`'s), so a
+                checkpoint is checked against the vocabulary it is loaded with
+                (`check_checkpoint_vocabulary`), not only against a file beside it
 Under `model` are every weight and the state of every dropout / zoneout / sampling
 `SeedGenerator` (`track_random_states` gives each layer with one a `tf.Module` holding its
 state), so a resumed run draws the masks an uninterrupted one draws.
@@ -127,11 +130,32 @@ def track_random_states(model):
     return model
 
 
-def make_checkpoint(model, optimizer, schedule, progress, carry):
-    """The `tf.train.Checkpoint` of a run, with the keys listed in this module's docstring."""
+def make_checkpoint(model, optimizer, schedule, progress, carry, vocabulary_sha256=None):
+    """The `tf.train.Checkpoint` of a run, with the keys listed in this module's docstring
+    (`vocabulary` when `vocabulary_sha256`, a hex string, is given)."""
     track_random_states(model)
+    extra = {}
+    if vocabulary_sha256 is not None:
+        extra["vocabulary"] = tf.Variable(vocabulary_sha256, trainable=False, dtype=tf.string)
     return tf.train.Checkpoint(model=model, optimizer=optimizer, schedule=schedule,
-                               progress=progress, carry=carry)
+                               progress=progress, carry=carry, **extra)
+
+
+VOCABULARY_KEY = "vocabulary/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def check_checkpoint_vocabulary(path, vocabulary_sha256, error=ValueError):
+    """Raises `error` when checkpoint `path` records another vocabulary than the one whose
+    tokens hash to `vocabulary_sha256` (checkpoints written before 0.4 record none)."""
+    reader = tf.train.load_checkpoint(str(path))
+    if not reader.has_tensor(VOCABULARY_KEY):
+        return
+    recorded = reader.get_tensor(VOCABULARY_KEY)
+    recorded = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
+    if recorded != vocabulary_sha256:
+        raise error(f"Checkpoint {path} was trained with another vocabulary (sha256 "
+                    f"{recorded[:16]}...) than the one given (sha256 {vocabulary_sha256[:16]}"
+                    f"...): use the run's own vocab.txt.")
 
 
 def make_manager(checkpoint, directory, max_to_keep):

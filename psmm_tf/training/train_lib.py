@@ -75,7 +75,8 @@ class _Run:
             self.model.zero_state(train.batch_size),
             self.model.empty_memory(train.batch_size) if use_memory else None)
         self.checkpoint = checkpointing.make_checkpoint(
-            self.model, self.optimizer, self.schedule, self.progress, self.carry)
+            self.model, self.optimizer, self.schedule, self.progress, self.carry,
+            vocabulary_sha256=corpus.vocabulary.sha256())
         directory = workdir / run_files.CHECKPOINT_DIR
         if not self.chief:  # every worker saves (collectives); only the chief's files stay
             directory = (run_files.worker_dir(workdir, distribution.worker_name(strategy))
