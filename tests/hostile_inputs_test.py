@@ -340,6 +340,31 @@ class ResumeTest(_TrainedRunTestCase):
         self.assertLen((workdir / "steps.jsonl").read_text().splitlines(), 12)
         self.assertLen(json.loads((workdir / "history.json").read_text()), 1)
 
+    def test_damaged_run_logs_are_refused_before_training(self):
+        # Issue 27: a cut history.json let a resume train a whole epoch, then failed with a
+        # JSONDecodeError naming no file; a step with "global_step": "12" gave a TypeError.
+        def cut_history(workdir):
+            path = workdir / "history.json"
+            path.write_text(path.read_text()[:40])
+
+        def string_step(workdir):
+            path = workdir / "steps.jsonl"
+            lines = path.read_text().splitlines()
+            lines[3] = lines[3].replace('"global_step": 4', '"global_step": "4"')
+            path.write_text("\n".join(lines) + "\n")
+
+        for damage, message in ((cut_history, r"history.json is not the run's epoch history "
+                                              r"\(JSONDecodeError"),
+                                (string_step, r"steps.jsonl: line 4 is not a training step's "
+                                              r"record")):
+            with self.subTest(damage=damage.__name__):
+                workdir = self.copy_run(damage.__name__)
+                damage(workdir)
+                before = snapshot(workdir)
+                with self.assertRaisesRegex(run_setup.RunRefusedError, message):
+                    train_lib.run(tiny_config(max_epochs=2), workdir, verbose=0)
+                self.assertEqual(snapshot(workdir), before)
+
     def test_a_refused_start_removes_only_what_it_created(self):
         # Issue 27, damage 2: entries a user adds while a start runs are theirs.
         workdir = Path(self.get_temp_dir()) / "user_files_meanwhile"

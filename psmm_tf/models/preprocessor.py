@@ -68,10 +68,20 @@ class LanguageModelPreprocessor(keras.layers.Layer):
                              "or set_vocabulary().")
         if isinstance(texts, str):
             texts = [texts]
-        texts = list(texts)
+        if isinstance(texts, (bytes, bytearray)):
+            raise ValueError("`texts` is bytes: expected a str or a list of str (decode it, "
+                             "e.g. texts.decode('utf-8')).")
+        try:
+            texts = list(texts)
+        except TypeError:
+            raise ValueError(f"`texts` must be a str or a list of str, got "
+                             f"{type(texts).__name__}.") from None
         if not texts:
             raise ValueError("`texts` is empty: expected at least one text.")
         for i, text in enumerate(texts):
+            if isinstance(text, (bytes, bytearray)):
+                raise ValueError(f"`texts[{i}]` is bytes: expected a str (decode it, e.g. "
+                                 f"text.decode('utf-8')).")
             if not isinstance(text, str):
                 raise ValueError(f"`texts[{i}]` must be a str, got {type(text).__name__}.")
         tokens = [text_tokens(text) for text in texts]

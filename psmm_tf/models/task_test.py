@@ -117,6 +117,18 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "`target_ids` holds the id 99"):
             model.score(ids, bad_padding)
 
+    def test_score_text_names_what_is_not_text(self):
+        # Issue 27: None gave "'NoneType' object is not iterable", bytes "texts[0] must be a
+        # str, got int".
+        model = _task()
+        for texts, message in ((None, r"`texts` must be a str or a list of str, got NoneType"),
+                               (b"the cat", r"`texts` is bytes: expected a str"),
+                               ([b"the cat"], r"`texts\[0\]` is bytes: expected a str"),
+                               ([], r"`texts` is empty"), (["a", 3], r"`texts\[1\]` must be a "
+                                                                 r"str, got int")):
+            with self.subTest(texts=texts), self.assertRaisesRegex(ValueError, message):
+                model.score_text(texts)
+
     @parameterized.parameters(PointerSentinelLM, LSTMLanguageModel)
     def test_long_rows_are_scored_in_pieces_with_one_pass_numbers(self, cls):
         from psmm_tf.models.language_model import SCORE_PIECE_LENGTH

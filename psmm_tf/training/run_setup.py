@@ -143,6 +143,8 @@ def _check_resumable(workdir, restart):
     # a new start repeats exactly.
     trained = [name for name in (run_files.HISTORY_FILE, run_files.MODEL_FILE,
                                  run_files.RESULTS_FILE) if os.path.lexists(workdir / name)]
+    if not restart:
+        _check_run_logs(workdir)
     if trained and not restart and not checkpoint_paths(checkpoints):
         raise RunRefusedError(
             f"{workdir} holds a trained run ({', '.join(trained)}) but no checkpoint to resume "
@@ -150,6 +152,42 @@ def _check_resumable(workdir, restart):
             f"results: pass --restart to start the run again from scratch (its files are "
             f"moved into {workdir / (run_files.PREVIOUS_RUN_PREFIX + 'N')}/), or use another "
             f"--workdir.")
+
+
+def _check_run_logs(workdir):
+    """Refuses a run whose history.json or steps.jsonl a resume could not append to: checked
+    before training, not after an epoch (a cut history.json failed at the epoch's end)."""
+    import json
+
+    history = workdir / run_files.HISTORY_FILE
+    if history.is_file():
+        try:
+            records = json.loads(history.read_text(encoding="utf-8"))
+            if not isinstance(records, list) or not all(
+                    isinstance(r, dict) and isinstance(r.get("epoch"), int) for r in records):
+                raise ValueError("expected a JSON list of epoch records")
+        except (ValueError, UnicodeDecodeError) as err:
+            raise RunRefusedError(
+                f"{history} is not the run's epoch history ({type(err).__name__}: {err}); "
+                f"restore it, or start the run again with --restart (its files are moved "
+                f"aside).") from None
+    steps = workdir / run_files.STEPS_FILE
+    if steps.is_file():
+        lines = steps.read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines, start=1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                if number == len(lines):
+                    continue  # the last line, cut by a kill: dropped on resume
+                record = None
+            if not (isinstance(record, dict) and all(
+                    isinstance(record.get(key), int) and not isinstance(record.get(key), bool)
+                    for key in ("epoch", "step", "global_step"))):
+                raise RunRefusedError(
+                    f"{steps}: line {number} is not a training step's record (epoch, step and "
+                    f"global_step integers): {line[:120]!r}. Restore the file, or start the run "
+                    f"again with --restart.")
 
 
 def write_run_files(config, corpus, workdir, strategy):
