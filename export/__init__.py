@@ -1,4 +1,4 @@
-"""Export and serving of trained psmm_tf language models (DESIGN.md section 5).
+"""Export and serving of trained psmm_tf language models (docs/serving.md).
 
 - `psmm_tf.export.serving_module.ServingModule`: the `tf.Module` with the named signatures, for a
   language model, an `InputOutputGateLM` or a `NeuralCache` over either.

@@ -1,6 +1,6 @@
 """The serving `tf.Module`: a trained language model and its vocabulary, with named signatures.
 
-Signatures (DESIGN.md section 5; docs/serving.md). `B` (batch) and `T` (time) are dynamic
+Signatures (docs/serving.md). `B` (batch) and `T` (time) are dynamic
 everywhere, and every input is batch-major (its first dimension is `B`), so TF Serving's
 server-side batching, which concatenates requests along the first dimension, can batch every
 signature (`batching_parameters.txt` beside `models.config`). Inputs are declared with unknown

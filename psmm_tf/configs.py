@@ -120,7 +120,7 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation and the windowed training scheme (DESIGN.md section 3)."""
+    """Optimisation and the windowed training scheme (docs/architecture.md)."""
 
     # Number of contiguous streams the corpus is cut into (rows of a batch).
     batch_size: int = 32
@@ -174,7 +174,7 @@ class TrainConfig:
     # Seed of the run (initialisation, dropout, data offsets).
     seed: int = 0
     # XLA compilation of the training and evaluation steps: "auto" (on where a GPU is present,
-    # off on a CPU, where it measured 1.6-1.7x slower for the 2x650 LSTM), "on" or "off".
+    # off on a CPU, where it is slower for these LSTMs: docs/results.md), "on" or "off".
     jit_compile: str = "auto"
     # A checkpoint is written every this many training steps, and at the end of every epoch.
     checkpoint_every_steps: int = 500

@@ -1,4 +1,4 @@
-"""Windowed tf.data pipelines over a token-id stream (DESIGN.md section 3).
+"""Windowed tf.data pipelines over a token-id stream (docs/architecture.md).
 
 A split's id array is cut into `batch_size` contiguous streams, one per batch row, so that an
 LSTM state (and, in `"cache"` mode, the pointer memory) can be carried from one window to the

@@ -1,4 +1,4 @@
-"""Exact evaluation: perplexity with every target seeing its full history (DESIGN.md section 3).
+"""Exact evaluation: perplexity with every target seeing its full history (docs/architecture.md).
 
 The split is read in non-overlapping windows of `length` tokens (C = 0) with the LSTM state and
 the pointer memory of the last L - 1 hidden states carried from window to window, so target t

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from psmm_tf.configs import SOFTMAX_KINDS
 from psmm_tf.layers import (
     CNNSoftmax,
     LockedDropout,
@@ -16,7 +17,6 @@ from psmm_tf.layers import (
 from psmm_tf.models.backbone import LSTMBackbone
 from psmm_tf.models.inputs import validate_inputs
 
-SOFTMAX_KINDS = ("full", "sampled", "cnn")
 SCORING_MODES = ("log_probs", "loss")
 # `score` reads longer rows in pieces of this many positions.
 SCORE_PIECE_LENGTH = 128
@@ -135,7 +135,7 @@ class LanguageModel(ScoringMixin, keras.Model):
     weights, never predicted) and `T` predicted positions. Besides the window it takes and
     returns the carried LSTM state and a memory of the `window_size - 1` most recent hidden
     states with their token ids, so long texts are read in pieces with the same result as in one
-    (DESIGN.md section 3). With a pointer, `p(y) = g p_vocab(y) + sum_{i: x_i = y} a_i` (paper
+    (docs/architecture.md). With a pointer, `p(y) = g p_vocab(y) + sum_{i: x_i = y} a_i` (paper
     eq. 3); without one, `p = p_vocab`.
 
     Args:

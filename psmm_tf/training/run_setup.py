@@ -38,8 +38,8 @@ RESUMABLE_CHANGES = frozenset({
 
 
 def resolve_jit_compile(mode):
-    """"auto" -> XLA where a GPU is present (the scan LSTM compiles well there; on a CPU XLA
-    measured 1.6-1.7x slower for a 2x650 LSTM), "on" -> True, "off" -> False."""
+    """"auto" -> XLA where a GPU is present (the scan LSTM compiles well there; on a CPU XLA is
+    slower for these LSTMs: docs/results.md's XLA rows), "on" -> True, "off" -> False."""
     if mode == "auto":
         return bool(tf.config.list_logical_devices("GPU"))
     return mode == "on"

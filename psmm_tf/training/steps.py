@@ -1,4 +1,4 @@
-"""One training step over a window batch, on any `tf.distribute` strategy (DESIGN.md section 3).
+"""One training step over a window batch, on any `tf.distribute` strategy (docs/architecture.md).
 
 The per-target objective is the paper's eq. 9 for models with a pointer,
 `-log p(y) - log(g + sum_{i: x_i = y} a_i)` (`PointerSentinelLoss`), and the softmax

@@ -1,4 +1,4 @@
-"""Training a language model end to end: `run(config, workdir)` (DESIGN.md section 3).
+"""Training a language model end to end: `run(config, workdir)` (docs/architecture.md).
 
 Each epoch reads the training split as B contiguous streams in windows of C + T tokens and
 carries the LSTM state (and, with `pointer_memory="cache"`, the pointer memory) from window to
