@@ -13,7 +13,7 @@ Usage examples:
       --cache_window=2000 --cache_theta=0.3 --cache_lambda=0.1
 
 A plain SavedModel (`psmm_tf.export.export_lib`); the output names the model (--model_source).
-Serve it: docs/serving.md; models.config and batching_parameters.txt are installed beside this.
+Serving: docs/serving.md (models.config and batching_parameters.txt are installed beside this).
 """
 
 import os
@@ -39,22 +39,21 @@ for _name, _help in (("workdir", "Training workdir (config.json, vocab.txt, mode
 flags.DEFINE_enum("model_source", None, ["best", "latest"], "With --workdir: best (model.keras, "
                   "best by validation perplexity) or latest (the newest checkpoint). Default: "
                   "latest; best for an input-to-output gate run.", flag_values=FLAGS)
-flags.DEFINE_integer("model_version", None, "Version folder to write, >= 1 (default: the next "
+flags.DEFINE_integer("model_version", None, "Version folder to write (default: the next "
                      "integer).", flag_values=FLAGS)
 flags.register_validator("model_version", lambda v: v is None or 1 <= v < 2**63,
                          message="must be an integer in [1, 2**63) (TF Serving loads positive "
                          "int64 version folders only).", flag_values=FLAGS)
 flags.DEFINE_integer("max_request_tokens", export_lib.serving_module.DEFAULT_MAX_TOKENS,
-                     "Most tokens one request may hold (batch x longest text); a larger request "
-                     "is refused naming its input; at least 2 (a one-word text and its "
-                     "<eos>).", lower_bound=2, flag_values=FLAGS)
+                     "Most tokens one request may hold (batch x longest text, >= 2); a larger "
+                     "request is refused naming its input.", lower_bound=2, flag_values=FLAGS)
 flags.DEFINE_string("model_name", "psmm", "Model name in the warmup requests.", flag_values=FLAGS)
 cli.define_version_flag(FLAGS)
 flags.DEFINE_integer("cache_window", None, "Export with a neural cache (Grave et al. 2017) of "
                      "this many previous hidden states.", flag_values=FLAGS)
 flags.DEFINE_float("cache_theta", None, "Flatness of the cache distribution, >= 0 (with "
                    f"--cache_window; default {export_lib.DEFAULT_CACHE_THETA}).", flag_values=FLAGS)
-flags.DEFINE_float("cache_lambda", None, "Interpolation weight of the cache, in [0, 1] (with "
+flags.DEFINE_float("cache_lambda", None, "Interpolation weight of the cache in [0, 1] (with "
                    f"--cache_window; default {export_lib.DEFAULT_CACHE_LAMBDA}).",
                    flag_values=FLAGS)
 
@@ -98,8 +97,7 @@ def _main(argv):
     except OSError as err:  # the version exists, or the base cannot be created or written
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         _fail(f"--export_base={FLAGS.export_base}: {err.strerror or err}{where}")
-    print(f"Exported {path}\nmodel: {source}")
-    print(export_lib.describe_signatures(path))
+    print(f"Exported {path}\nmodel: {source}\n{export_lib.describe_signatures(path)}")
 
 
 def _parse_flags(argv):

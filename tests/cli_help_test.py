@@ -18,12 +18,14 @@ TRAIN_FLAGS = (
     "min_count", "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim", "softmax",
     "num_sampled", "hidden_dim", "num_layers", "window_size", "num_predicted", "bptt",
     "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",
-    "optimizer", "learning_rate", "lr_decay", "dropout", "zoneout", "clip_norm", "initial_gate",
+    "optimizer", "learning_rate", "warmup_steps", "pointer_warmup_steps", "lr_decay", "dropout",
+    "zoneout", "clip_norm", "init_scale", "initial_gate",
     "pointer_clip_norm", "pointer_loss_weight", "[no]calibrate_gate", "seed", "jit_compile",
     "checkpoint_every_steps",
     "max_eval_tokens", "eval_batch_size", "override", "strategy", "logical_cpus",
     "[no]compare_baseline",
-    "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "verbose", "[no]version")
+    "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "verbose", "[no]restart",
+    "[no]version")
 PROGRAMS = {
     "psmm-train": ("psmm_tf.trainers.train", TRAIN_FLAGS),
     "psmm-evaluate": ("psmm_tf.trainers.evaluate", (

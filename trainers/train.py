@@ -14,15 +14,13 @@ Usage examples:
   # Two GPUs of one machine, or the workers listed in TF_CONFIG.
   psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --strategy=mirrored ...
 
-  # Any config field without a flag; the preset's value of every flag left out.
+  # Any config field without a flag; --help gives the preset's value of every flag.
   psmm-train --preset=medium --override=train.keep_checkpoints=5 --workdir=...
-  psmm-train --preset=medium --help
 
 A named preset fills every setting a flag does not give (the help below names its value). A
---workdir that already holds a run resumes it (same settings; --epochs may grow). The workdir
-then holds config.json, vocab.txt, checkpoints/, model.keras (the best model by validation
-perplexity), history.json, steps.jsonl, results.json and tensorboard/ (runs train/ and
-validation/, x axis the global step: tensorboard --logdir=WORKDIR/tensorboard).
+--workdir that already holds a run resumes it (same settings; --epochs may grow); it holds
+config.json, vocab.txt, checkpoints/, model.keras (the best model by validation perplexity),
+history.json, steps.jsonl, results.json and tensorboard/ (tensorboard --logdir=WORKDIR/...).
 """
 
 import logging
@@ -60,10 +58,8 @@ flags.DEFINE_float("gate_dropout", 0.5, "Dropout on the input-to-output gate's e
 flags.register_validator("gate_dropout", lambda v: 0 <= v < 1,
                          message=config_flags.CHECKS["probability"][1])
 flags.DEFINE_integer("verbose", 1, "1: a progress bar per epoch; 0: log lines only.")
-flags.DEFINE_bool("restart", False, "Start the workdir's run again from scratch: its training "
-                  "outputs (checkpoints, model.keras, history, steps, results, TensorBoard) are "
-                  "moved into <workdir>/previous_run_<N>/ first. Needed where a trained run has "
-                  "lost its checkpoints.")
+flags.DEFINE_bool("restart", False, "Train the workdir's run again from scratch, its outputs "
+                  "moved into <workdir>/previous_run_<N>/ (needed once its checkpoints are lost).")
 flags.register_validator("workdir", bool, message="is required: the run's folder.")
 cli.define_version_flag(FLAGS)
 
@@ -99,16 +95,14 @@ def _main(argv):
         cli.usage_error(PROGRAM, err)
     from psmm_tf.training import checkpointing, comparison, distribution, run_setup, train_lib
 
-    strategy = distribution.make_strategy(FLAGS.strategy, FLAGS.logical_cpus)
+    options = dict(strategy=distribution.make_strategy(FLAGS.strategy, FLAGS.logical_cpus),
+                   verbose=FLAGS.verbose, restart=FLAGS.restart)
     try:
         if FLAGS.compare_baseline:
-            results = comparison.compare_with_baseline(config, FLAGS.workdir, strategy=strategy,
-                                                       verbose=FLAGS.verbose,
-                                                       restart=FLAGS.restart)
+            results = comparison.compare_with_baseline(config, FLAGS.workdir, **options)
             print(comparison.format_comparison(results), flush=True)
         else:
-            results = train_lib.run(config, FLAGS.workdir, strategy=strategy,
-                                    verbose=FLAGS.verbose, restart=FLAGS.restart)
+            results = train_lib.run(config, FLAGS.workdir, **options)
             if results:  # empty on the workers that are not the chief
                 print(train_lib.format_results(results), flush=True)
     except (run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
