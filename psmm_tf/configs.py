@@ -60,7 +60,8 @@ class ModelConfig:
     input_dropout: float = 0.5
     # Locked dropout between LSTM layers (the input of layers 2..n).
     hidden_dropout: float = 0.5
-    # Locked dropout on the output of the last layer, before the softmax and the pointer.
+    # Locked dropout on the last layer's output, on the softmax's input only (the pointer reads
+    # the undropped states).
     output_dropout: float = 0.5
     # Zoneout probability on the recurrent state (h and c) of every LSTM layer.
     zoneout: float = 0.1
