@@ -158,7 +158,7 @@ class TrainStep:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         return sums, grad_norm, state, memory
 
-    def _gradients(self, local, state, memory, normalizer, pointer_share):
+    def _gradients(self, local, state, memory, normalizer, pointer_share=None):
         targets = local["targets"]
         weights = local["target_weights"]
         with tf.GradientTape() as tape:
