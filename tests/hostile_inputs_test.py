@@ -1004,8 +1004,12 @@ class EvaluateSweepTest(_TrainedRunTestCase):
              r".*ckpt-12: IndexError"),
             (nothing, {"model_source": "latest"}, r"no_model_at_all holds no checkpoint"),
             (good, {"output_dir": a_file}, r"output_dir=.*report_is_a_file is a file"),
-            (says_lstm, {"positions": [3]}, r"positions=\[3\]: the model of .*config_says_lstm "
-                                            r"\(lstm\) has no pointer"),
+            # Its model.keras is a PSMM (refused: not the config's model); its checkpoint,
+            # built as the config's LSTM, has no pointer to show.
+            (says_lstm, {"positions": [3]}, r"config_says_lstm/model.keras is not the model its "
+                                            r"run's config describes \(kind: config 'lstm'"),
+            (says_lstm, {"positions": [3], "model_source": "latest"},
+             r"positions=\[3\]: the model of .*config_says_lstm \(lstm\) has no pointer"),
             (good, {"positions": [10**6]}, r"positions=\[1000000\]: \[1000000\] outside the 49 "
                                             r"targets of split='valid'"),
         ]:
