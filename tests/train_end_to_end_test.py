@@ -145,6 +145,24 @@ class SyntheticRunTest(tf.test.TestCase):
                  for line in open(workdir + "/steps.jsonl").read().splitlines()]
         self.assertAllClose(rates, [k / 8 for k in range(1, 9)] + [1.0] * 4)
 
+    def test_a_checkpoint_without_the_vocabulary_key_resumes(self):
+        # Checkpoints written before 0.4 hold no `vocabulary` hash: resuming them must work.
+        workdir = self.get_temp_dir() + "/before_vocabulary_key"
+        original = checkpointing.make_checkpoint
+
+        def without_vocabulary(*args, vocabulary_sha256=None):
+            return original(*args)
+
+        config = tiny_config(steps_per_epoch=4, max_eval_tokens=40)
+        with mock.patch.object(checkpointing, "make_checkpoint", without_vocabulary):
+            train_lib.run(config, workdir, verbose=0)
+        reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(workdir + "/checkpoints"))
+        self.assertFalse(reader.has_tensor(checkpointing.VOCABULARY_KEY))
+        results = train_lib.run(config.replace(train={"max_epochs": 2}), workdir, verbose=0)
+        self.assertEqual(results["global_step"], 8)
+        reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(workdir + "/checkpoints"))
+        self.assertTrue(reader.has_tensor(checkpointing.VOCABULARY_KEY))
+
     def test_xla_matches_eager_steps(self):
         losses = {}
         for mode in ("off", "on"):

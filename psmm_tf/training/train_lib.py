@@ -93,9 +93,15 @@ class _Run:
 
     def restore(self):
         """Restores the latest checkpoint of the chief's directory, if any; returns its path."""
-        path = checkpointing.restore_latest(self.checkpoint,
-                                            self.workdir / run_files.CHECKPOINT_DIR)
+        # Every object but the vocabulary's hash, which checkpoints before 0.4 lack: it is
+        # checked on its own.
+        path = checkpointing.restore_latest(
+            checkpointing.make_checkpoint(self.model, self.optimizer, self.schedule,
+                                          self.progress, self.carry),
+            self.workdir / run_files.CHECKPOINT_DIR)
         if path is not None:
+            checkpointing.check_checkpoint_vocabulary(
+                path, self.corpus.vocabulary.sha256(), run_setup.RunRefusedError)
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
         elif self.chief and pointer_diagnostics.has_sentinel_pointer(self.model):
             pointer_diagnostics.save_initial_pointer_weights(
