@@ -146,7 +146,8 @@ class _Run:
         self.reporter.start_epoch(epoch, num_steps, step)
         for batch in dataset.take(num_steps).skip(step):
             step_lr = lr * warmup_factor(global_step, train.warmup_steps)
-            self.optimizer.learning_rate = step_lr
+            if global_step <= train.warmup_steps:  # the rate changes during the warm-up only
+                self.optimizer.learning_rate = step_lr
             metrics, state, memory = self.train_step(
                 batch, state, memory,
                 pointer_share=warmup_factor(global_step, train.pointer_warmup_steps))
