@@ -50,7 +50,6 @@ setup(
         "Operating System :: OS Independent",
         "Programming Language :: Python :: 3",
         "Programming Language :: Python :: 3 :: Only",
-        "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
         "Programming Language :: Python :: 3.12",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
@@ -60,7 +59,7 @@ setup(
     project_urls={
         "Paper": "https://arxiv.org/abs/1609.07843",
     },
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["psmm_tf", "psmm_tf.*"]) + sorted(PACKAGE_DIR),
     package_dir=PACKAGE_DIR,
     # Example TF Serving models.config and batching parameters beside the exporter; the
@@ -76,6 +75,9 @@ setup(
         # PredictionLog protos for the SavedModel warmup file and the gRPC scoring client.
         "tensorflow-serving-api>=2.16,<2.22",
         "keras>=3.3",
+        # The tasks are keras-hub CausalLMs (generate, samplers, presets, string pipelines);
+        # its preprocessing runs on TensorFlow (tensorflow-text comes with it).
+        "keras-hub>=0.32,<1.0",
         "tensorflow-datasets>=4.9",
         # tensorflow-datasets imports it at build time without declaring it on every platform.
         "importlib_resources",

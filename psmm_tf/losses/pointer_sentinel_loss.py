@@ -27,7 +27,8 @@ class PointerSentinelLoss(keras.losses.Loss):
         y_pred: dict with `vocab_logits` `(batch_size, T, V)` (or a sampled softmax's
             `target_vocab_log_prob` `(batch_size, T)`), `attention` `(batch_size, T, K)`,
             `gate` `(batch_size, T)` and `key_ids` `(batch_size, K)`: the outputs of
-            `PointerSentinelLM`.
+            `PointerSentinelLM`. Without `attention` (a task without a pointer, e.g.
+            `LSTMLanguageModel`) the loss is the softmax's negative log-likelihood.
         sample_weight: optional float `(batch_size, T)`, e.g. zero for padding.
 
     Returns:
@@ -62,6 +63,10 @@ class PointerSentinelLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         targets = ops.cast(y_true, "int32")
+        if "attention" not in y_pred:  # a task without a pointer: the softmax's NLL
+            if "target_vocab_log_prob" in y_pred:
+                return -ops.cast(y_pred["target_vocab_log_prob"], "float32")
+            return -mixture.vocab_log_prob(y_pred["vocab_logits"], targets)
         key_ids = ops.cast(y_pred["key_ids"], "int32")
         attention, gate = y_pred["attention"], y_pred["gate"]
         if "target_vocab_log_prob" in y_pred:  # a sampled softmax's estimate (training)

@@ -13,7 +13,9 @@ from psmm_tf.models.lstm_lm import LSTMLanguageModel
 from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
 from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
+from psmm_tf.models.causal_lm import RecurrentCausalLM
 from psmm_tf.models.preprocessor import LanguageModelPreprocessor
+from psmm_tf.models.tokenizer import WordTokenizer
 
 MODEL_CLASSES = {
     "psmm": PointerSentinelLM,
@@ -69,6 +71,7 @@ def build_model(model_config, preprocessor=None):
         num_sampled=model_config.num_sampled,
         max_word_length=model_config.max_word_length,
         preprocessor=preprocessor,
+        compile=False,
         name=f"{model_config.kind}_language_model",
         **extra,
     )
@@ -127,6 +130,8 @@ __all__ = [
     "MODEL_CLASSES",
     "PointerSentinelLM",
     "PointerSoftmaxLM",
+    "RecurrentCausalLM",
+    "WordTokenizer",
     "build_model",
     "expected_parameter_count",
     "model_config_differences",

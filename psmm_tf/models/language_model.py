@@ -15,9 +15,10 @@ from psmm_tf.layers import (
     vocab_log_prob,
 )
 from psmm_tf.models.backbone import LSTMBackbone
+from psmm_tf.models.causal_lm import RecurrentCausalLM
 from psmm_tf.models.inputs import validate_inputs
 
-SCORING_MODES = ("log_probs", "loss")
+SCORING_MODES = ("log_probs", "loss", "logits")
 # `score` reads longer rows in pieces of this many positions.
 SCORE_PIECE_LENGTH = 128
 
@@ -25,7 +26,7 @@ SCORE_PIECE_LENGTH = 128
 class ScoringMixin:
     """`score()` and `score_text()` for any model with the `LanguageModel` call and `log_prob`."""
 
-    def score(self, token_ids, target_ids, padding_mask=None, state=None, memory=None,
+    def score(self, token_ids, target_ids=None, padding_mask=None, state=None, memory=None,
               scoring_mode="log_probs"):
         """Scores `target_ids` after `token_ids`, carrying the state and memory (eager entry).
 
@@ -37,11 +38,14 @@ class ScoringMixin:
             target_ids: int `(batch_size, T)`.
             padding_mask: optional bool `(batch_size, T)`; False for padding after a text's end.
             state, memory: carried from a previous call (None: the start of a text).
-            scoring_mode: "log_probs" (natural-log probability of each target) or "loss" (its
-                negative, the per-token cross-entropy).
+            scoring_mode: "log_probs" (natural-log probability of each target), "loss" (its
+                negative, the per-token cross-entropy) or "logits" (the log-probabilities of
+                every word, `(batch_size, T, V)`: the mixture's, pointer included; keras-hub's
+                name; `target_ids` may be None).
 
         Returns:
-            A dict with `log_probs` or `loss` `(batch_size, T)` (0 where masked), `gate`
+            A dict with `log_probs` or `loss` `(batch_size, T)` (0 where masked) or `logits`
+            `(batch_size, T, V)`, `gate`
             `(batch_size, T)` (the share of the vocabulary softmax; 1 for models without a
             pointer), and the `state` and `memory` to pass to the call for the next piece of the
             same texts.
@@ -53,6 +57,11 @@ class ScoringMixin:
         if scoring_mode not in SCORING_MODES:
             raise ValueError(f"scoring_mode must be one of {SCORING_MODES}, got "
                              f"{scoring_mode!r}.")
+        if target_ids is None:
+            if scoring_mode != "logits":
+                raise ValueError(f"scoring_mode {scoring_mode!r} needs target_ids; only "
+                                 "'logits' scores without them.")
+            target_ids = np.zeros(np.shape(token_ids), np.int32)
         checked = validate_inputs(self, token_ids, target_ids=target_ids,
                                   padding_mask=padding_mask, state=state, memory=memory)
         batch_size = checked["token_ids"].shape[0]
@@ -60,31 +69,35 @@ class ScoringMixin:
             checked["state"] = self.zero_state(batch_size)
         if checked["memory"] is None:
             checked["memory"] = self.empty_memory(batch_size)
-        if getattr(self, "_score_function", None) is None:
+        functions = self.__dict__.setdefault("_scoring_functions", {})
+        full = scoring_mode == "logits"
+        if functions.get(full) is None:
             from psmm_tf.compiled import inference_function
 
-            self._score_function = inference_function(self, self._score)
-        result = self._score_in_pieces(checked)
+            functions[full] = inference_function(
+                self, self._score_logits if full else self._score)
+        result = self._score_in_pieces(checked, functions[full])
         if scoring_mode == "loss":
             result["loss"] = -result.pop("log_probs")
         return result
 
-    def _score_in_pieces(self, checked):
-        """`_score_function` over pieces of at most `SCORE_PIECE_LENGTH` positions."""
+    def _score_in_pieces(self, checked, function):
+        """`function` over pieces of at most `SCORE_PIECE_LENGTH` positions."""
         inputs = [checked[k] for k in ("token_ids", "target_ids", "padding_mask")]
         state, memory = checked["state"], checked["memory"]
         steps = inputs[0].shape[1]
         if steps <= SCORE_PIECE_LENGTH:
-            return self._score_function(*inputs, state, memory)
+            return function(*inputs, state, memory)
         # Padded to whole pieces (one compiled length); padding leaves state and memory alone.
         padded = -(-steps // SCORE_PIECE_LENGTH) * SCORE_PIECE_LENGTH
         inputs = [np.pad(x, ((0, 0), (0, padded - steps))) for x in inputs]
         pieces = []
         for start in range(0, padded, SCORE_PIECE_LENGTH):
             piece = [x[:, start:start + SCORE_PIECE_LENGTH] for x in inputs]
-            pieces.append(self._score_function(*piece, state, memory))
+            pieces.append(function(*piece, state, memory))
             state, memory = pieces[-1]["state"], pieces[-1]["memory"]
-        return {"log_probs": ops.concatenate([p["log_probs"] for p in pieces], 1)[:, :steps],
+        key = "logits" if "logits" in pieces[0] else "log_probs"
+        return {key: ops.concatenate([p[key] for p in pieces], 1)[:, :steps],
                 "gate": ops.concatenate([p["gate"] for p in pieces], 1)[:, :steps],
                 "state": state, "memory": memory}
 
@@ -103,7 +116,7 @@ class ScoringMixin:
         if getattr(self, "preprocessor", None) is None:
             raise ValueError("score_text needs a preprocessor: build the model with "
                              "preprocessor=LanguageModelPreprocessor(vocabulary).")
-        batch = self.preprocessor(texts)
+        batch = self.preprocessor.score_inputs(texts)
         scores = self.score(batch["token_ids"], batch["target_ids"],
                             padding_mask=batch["padding_mask"])
         mask = batch["padding_mask"]
@@ -125,11 +138,22 @@ class ScoringMixin:
         return {"log_probs": log_probs, "gate": gate, "state": outputs["state"],
                 "memory": outputs["memory"]}
 
+    def _score_logits(self, token_ids, target_ids, padding_mask, state, memory):
+        del target_ids  # the whole distribution is returned
+        outputs = self(token_ids, token_mask=padding_mask, state=state, memory=memory,
+                       training=False)
+        logits = ops.where(padding_mask[:, :, None], self.log_distribution(outputs), 0.0)
+        gate = outputs.get("gate", ops.ones(ops.shape(token_ids), "float32"))
+        return {"logits": logits, "gate": gate, "state": outputs["state"],
+                "memory": outputs["memory"]}
 
-class LanguageModel(ScoringMixin, keras.Model):
+
+class LanguageModel(ScoringMixin, RecurrentCausalLM):
     """Base of the language-model tasks: a backbone, a vocabulary softmax, optionally a pointer.
 
-    keras-hub's Task shape: the task is given an `LSTMBackbone` and owns its head: the output
+    A keras-hub `CausalLM` (`RecurrentCausalLM`): `compile`/`fit` on ids or strings,
+    `predict`, `generate` with keras-hub's samplers, `from_preset`/`save_to_preset`. The
+    task is given an `LSTMBackbone` and owns its head: the output
     dropout, the vocabulary softmax and (PSMM, pointer softmax) the pointer. A forward pass reads
     a window of `C + T` tokens: `C` leading context positions (recomputed with the current
     weights, never predicted) and `T` predicted positions. Besides the window it takes and
@@ -152,9 +176,12 @@ class LanguageModel(ScoringMixin, keras.Model):
             file), needed by `score_text`.
         pointer: optional layer called as `pointer(hidden, memory=, memory_mask=)` returning
             `(attention, gate)` (`PointerSentinel`, `PointerSoftmax`); given by the subclasses.
+        compile: bool. Compile with the defaults of `RecurrentCausalLM.compile` (keras-hub's
+            convention; psmm-train builds its models uncompiled).
 
     Call arguments:
-        token_ids: int `(batch_size, C + T)`.
+        token_ids: int `(batch_size, C + T)`, or a dict with `token_ids` and `padding_mask`
+            (keras-hub's inputs; the mask is the `token_mask`).
         token_mask: optional bool `(batch_size, C + T)`; False marks positions that do not exist
             (before the start of the text, padding after its end).
         state: optional tuple of `num_layers` pairs `(h, c)`; zeros when None.
@@ -184,8 +211,8 @@ class LanguageModel(ScoringMixin, keras.Model):
 
     def __init__(self, backbone, window_size=100, output_dropout=0.5, softmax="full",
                  num_sampled=1024, max_word_length=24, seed=None, preprocessor=None,
-                 pointer=None, **kwargs):
-        super().__init__(**kwargs)
+                 pointer=None, compile=True, **kwargs):
+        super().__init__(compile=False, **kwargs)
         if isinstance(backbone, dict):
             backbone = keras.saving.deserialize_keras_object(backbone)
         if not isinstance(backbone, LSTMBackbone):
@@ -212,6 +239,8 @@ class LanguageModel(ScoringMixin, keras.Model):
         if pointer is not None:
             self.pointer = pointer
         self.build()
+        if compile:
+            self.compile()
 
     # The backbone's sizes are the task's.
     vocab_size = property(lambda self: self.backbone.vocab_size)
@@ -259,14 +288,12 @@ class LanguageModel(ScoringMixin, keras.Model):
             self.vocab_head.set_vocabulary(list(words))
             self.reset_compiled_functions()
 
-    def reset_compiled_functions(self):
-        """Drops the model's cached compiled functions (`score`'s), so the next call traces
-        them again: a setter that changes what a trace baked in (a Python attribute, not a
-        variable) calls it."""
-        self._score_function = None
-
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
              targets=None, training=False):
+        if isinstance(token_ids, dict):  # keras-hub's inputs
+            if token_mask is None:
+                token_mask = token_ids.get("padding_mask")
+            token_ids = token_ids["token_ids"]
         token_ids = ops.cast(token_ids, "int32")
         window = ops.shape(token_ids)[1]
         if not isinstance(context_length, int) or context_length < 0:
@@ -325,6 +352,11 @@ class LanguageModel(ScoringMixin, keras.Model):
             return vocab_log_prob(outputs["vocab_logits"], targets)
         return mixture_log_prob(outputs["vocab_logits"], outputs["attention"], outputs["gate"],
                                 outputs["key_ids"], targets)
+
+    def log_distribution(self, outputs):
+        """The predictive log-probabilities `(batch_size, T, V)` (float32; the mixture's, with
+        a pointer), floored at the smallest normal float32 (about -87.3)."""
+        return ops.log(ops.maximum(self.distribution(outputs), 1.1754944e-38))
 
     def distribution(self, outputs):
         """The predictive distribution `(batch_size, T, V)` from this model's `outputs`."""

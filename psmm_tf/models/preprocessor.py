@@ -1,114 +1,224 @@
-"""Strings to the ids a language model scores, saved inside the model's `.keras` file."""
-
-import os
+"""Strings to the ids a language model trains on and scores, saved inside the model's file."""
 
 import keras
+import keras_hub
 import numpy as np
+import tensorflow as tf
+from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN, text_tokens
 from psmm_tf.data.vocabulary import Vocabulary
-
-_VOCABULARY_ASSET = "vocabulary.txt"
+from psmm_tf.models.tokenizer import VOCABULARY_ASSET, WordTokenizer
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
-class LanguageModelPreprocessor(keras.layers.Layer):
-    """Texts -> `token_ids`, `target_ids`, `padding_mask`, read as the training corpus is read.
+class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
+    """Texts -> `({"token_ids", "padding_mask"}, target_ids, sample_weight)`, as keras-hub's.
 
-    keras-hub's Preprocessor role for the package's tasks, built on `Vocabulary`. Each text is
-    read as a corpus file (`psmm_tf.data.text_tokens`): each line's words followed by `<eos>`,
-    a final newline ending the last line; unknown words become `<unk>`. The first token is
-    predicted after an `<eos>` (the start of a line), so `token_ids = [<eos>, targets[:-1]]`:
-    the same convention as the SavedModel's `score_text`. Pure Python and NumPy: it runs on any
-    Keras backend. The vocabulary is saved as an asset of the `.keras` file.
+    keras-hub's `CausalLMPreprocessor` for the package's word-level tasks, over a
+    `WordTokenizer`: a text is read as a corpus file (each line's words followed by `<eos>`),
+    `<eos>` is put in front (the first word is predicted after it, as after a previous line)
+    and the ids are padded or truncated to `sequence_length + 1`; `token_ids` are all but the
+    last, the targets all but the first. TensorFlow string ops: it maps over a `tf.data`
+    dataset (`ds.map(preprocessor)`) and runs on every Keras backend. Inputs that are already
+    ids (an int array, or a dict holding `token_ids`) pass through unchanged, so `fit` and
+    `predict` take ids or strings alike. The vocabulary is an asset of the `.keras` file.
 
     Args:
-        vocabulary: a `psmm_tf.data.Vocabulary`, a sequence of tokens (id order), the path of a
-            vocabulary file, or None (set by `load_assets` when a saved model is loaded).
+        tokenizer: a `WordTokenizer`; or None with `vocabulary` given.
+        vocabulary: a `psmm_tf.data.Vocabulary`, a sequence of tokens or a vocabulary file
+            path: builds the `WordTokenizer` (the form `LanguageModelPreprocessor(vocabulary)`).
+        sequence_length: int. Targets per text in `fit` (the padded length).
 
     Call arguments:
-        texts: a str or a sequence of str.
+        x: a str, a list of str or a string tensor; or ids, passed through.
+        y, sample_weight: passed through with ids; must be None with strings.
+        sequence_length: optional int, overriding the layer's.
 
     Returns:
-        A dict with `token_ids`, `target_ids` int32 `(batch_size, T)` and `padding_mask` bool
-        `(batch_size, T)` (NumPy; `T` the longest text's token count, padding holds id 0), and
-        `tokens`, a list of each text's tokens.
+        `(x, y, sample_weight)` packed as Keras does: `x = {"token_ids", "padding_mask"}`
+        `(batch_size, sequence_length)`, `y` the target ids and `sample_weight` the padding mask
+        as float.
 
     Example:
     ```python
-    preprocessor = LanguageModelPreprocessor(Vocabulary.load("run/vocab.txt"))
-    model = PointerSentinelLM(backbone, window_size=100, preprocessor=preprocessor)
-    model.score_text(["the cat sat on the mat"])["perplexity"]
+    preprocessor = LanguageModelPreprocessor(vocabulary=Vocabulary.load("run/vocab.txt"),
+                                             sequence_length=64)
+    x, y, weight = preprocessor(["the cat sat on the mat"])
+    ds = tf.data.Dataset.from_tensor_slices(texts).batch(8).map(preprocessor)
     ```
     """
 
-    def __init__(self, vocabulary=None, **kwargs):
+    tokenizer_cls = WordTokenizer
+
+    def __init__(self, tokenizer=None, sequence_length=128, vocabulary=None, **kwargs):
         kwargs.setdefault("trainable", False)
-        super().__init__(**kwargs)
-        self.vocabulary = None
-        if vocabulary is not None:
-            self.set_vocabulary(vocabulary)
-        self.built = True
+        kwargs.pop("add_start_token", None)
+        kwargs.pop("add_end_token", None)
+        if tokenizer is not None and not isinstance(tokenizer, (WordTokenizer, dict)):
+            if vocabulary is not None:
+                raise ValueError("Give a tokenizer or a vocabulary, not both.")
+            tokenizer, vocabulary = None, tokenizer  # LanguageModelPreprocessor(vocabulary)
+        if tokenizer is None:
+            tokenizer = WordTokenizer(vocabulary)
+        elif vocabulary is not None:
+            raise ValueError("Give a tokenizer or a vocabulary, not both.")
+        if not isinstance(tokenizer, WordTokenizer):
+            raise TypeError(f"tokenizer must be a WordTokenizer, got {type(tokenizer).__name__}.")
+        super().__init__(tokenizer=tokenizer, sequence_length=sequence_length,
+                         add_start_token=True, add_end_token=False, **kwargs)
+
+    @property
+    def vocabulary(self):
+        """The tokenizer's `psmm_tf.data.Vocabulary` (None before one is set)."""
+        return self.tokenizer.vocabulary
 
     def set_vocabulary(self, vocabulary):
-        """Sets the vocabulary from a `Vocabulary`, a sequence of tokens or a file path."""
-        if isinstance(vocabulary, (str, os.PathLike)):
-            vocabulary = Vocabulary.load(vocabulary)
-        elif not isinstance(vocabulary, Vocabulary):
-            vocabulary = Vocabulary(list(vocabulary))
-        self.vocabulary = vocabulary
+        """Sets the tokenizer's vocabulary from a `Vocabulary`, a sequence of tokens or a file."""
+        self.tokenizer.set_vocabulary(vocabulary)
 
-    def __call__(self, texts):
-        # Python strings in, NumPy out: no backend tensors, so Keras' tensor handling is skipped.
-        return self.call(texts)
+    def build(self, input_shape=None):
+        # The packer (start token, padding) needs the vocabulary's ids.
+        self.packer = keras_hub.layers.StartEndPacker(
+            start_value=self.tokenizer.start_token_id, pad_value=0,
+            sequence_length=self.sequence_length, return_padding_mask=True)
+        self.built = True
 
-    def call(self, texts):
-        if self.vocabulary is None:
+    def call(self, x, y=None, sample_weight=None, sequence_length=None):
+        if _holds_ids(x):
+            return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        if y is not None or sample_weight is not None:
+            raise ValueError("Texts carry their own targets: give y and sample_weight only "
+                             "with token ids.")
+        self.tokenizer._check_vocabulary()
+        return self._pack_texts(x, sequence_length=sequence_length)
+
+    @preprocessing_function
+    def _pack_texts(self, x, sequence_length=None):
+        if not self.built:
+            self.build(None)
+        length = (sequence_length or self.sequence_length) + 1
+        token_ids, padding_mask = self.packer(self.tokenizer(x), sequence_length=length,
+                                              add_start_value=True, add_end_value=False)
+        inputs = {"token_ids": token_ids[..., :-1], "padding_mask": padding_mask[..., :-1]}
+        return keras.utils.pack_x_y_sample_weight(
+            inputs, token_ids[..., 1:], tf.cast(padding_mask[..., 1:], tf.float32))
+
+    def generate_preprocess(self, x, sequence_length=None):
+        """Prompts -> `{"token_ids", "padding_mask"}` `(batch_size, sequence_length)`: `<eos>`
+        and each prompt's words, its last line unfinished (no `<eos>`), then padding."""
+        self.tokenizer._check_vocabulary()
+        return self._pack_prompts(x, sequence_length=sequence_length)
+
+    @preprocessing_function
+    def _pack_prompts(self, x, sequence_length=None):
+        if not self.built:
+            self.build(None)
+        token_ids, padding_mask = self.packer(
+            self.tokenizer.tokenize(x, finish_last_line=False),
+            sequence_length=sequence_length or self.sequence_length,
+            add_start_value=True, add_end_value=False)
+        return {"token_ids": token_ids, "padding_mask": padding_mask}
+
+    def generate_postprocess(self, x):
+        """`generate`'s ids -> texts: the words after the leading `<eos>`, up to the first
+        generated `<eos>` that ended generation (dropped), lines joined with line breaks."""
+        token_ids = np.asarray(keras.ops.convert_to_numpy(x["token_ids"]))
+        padding_mask = np.asarray(keras.ops.convert_to_numpy(x["padding_mask"]), bool)
+        rows = [ids[mask][1:] for ids, mask in zip(token_ids, padding_mask)]
+        texts = [_as_str(self.tokenizer.detokenize(tf.constant(row, tf.int32)))
+                 for row in rows]
+        return [t[:-1] if t.endswith("\n") else t for t in texts]
+
+    def score_inputs(self, texts):
+        """Whole texts -> NumPy ids for `score_text`, read by the corpus readers themselves.
+
+        Args:
+            texts: a str or a sequence of str.
+
+        Returns:
+            A dict with `token_ids`, `target_ids` int32 `(batch_size, T)` and `padding_mask`
+            bool `(batch_size, T)` (`T` the longest text's token count, no truncation; padding
+            holds id 0), and `tokens`, a list of each text's tokens.
+        """
+        vocabulary = self.vocabulary
+        if vocabulary is None:
             raise ValueError("The preprocessor has no vocabulary: give one to its constructor "
                              "or set_vocabulary().")
-        if isinstance(texts, str):
-            texts = [texts]
-        if isinstance(texts, (bytes, bytearray)):
-            raise ValueError("`texts` is bytes: expected a str or a list of str (decode it, "
-                             "e.g. texts.decode('utf-8')).")
-        try:
-            texts = list(texts)
-        except TypeError:
-            raise ValueError(f"`texts` must be a str or a list of str, got "
-                             f"{type(texts).__name__}.") from None
-        if not texts:
-            raise ValueError("`texts` is empty: expected at least one text.")
-        for i, text in enumerate(texts):
-            if isinstance(text, (bytes, bytearray)):
-                raise ValueError(f"`texts[{i}]` is bytes: expected a str (decode it, e.g. "
-                                 f"text.decode('utf-8')).")
-            if not isinstance(text, str):
-                raise ValueError(f"`texts[{i}]` must be a str, got {type(text).__name__}.")
+        texts = _checked_texts(texts)
         tokens = [text_tokens(text) for text in texts]
         steps = max(len(t) for t in tokens)
         token_ids = np.zeros((len(texts), steps), np.int32)
         target_ids = np.zeros((len(texts), steps), np.int32)
         padding_mask = np.zeros((len(texts), steps), bool)
-        start = self.vocabulary.token_to_id(EOS_TOKEN)
+        start = vocabulary.token_to_id(EOS_TOKEN)
         for row, row_tokens in enumerate(tokens):
-            ids = self.vocabulary.encode(row_tokens)
+            ids = vocabulary.encode(row_tokens)
             target_ids[row, :len(ids)] = ids
             token_ids[row, :len(ids)] = np.concatenate([[start], ids[:-1]])
             padding_mask[row, :len(ids)] = True
         return {"token_ids": token_ids, "target_ids": target_ids, "padding_mask": padding_mask,
                 "tokens": tokens}
 
-    def save_assets(self, dir_path):
-        if self.vocabulary is not None:
-            self.vocabulary.save(os.path.join(dir_path, _VOCABULARY_ASSET))
-
     def load_assets(self, dir_path):
-        path = os.path.join(dir_path, _VOCABULARY_ASSET)
-        if os.path.exists(path):
-            self.vocabulary = Vocabulary.load(path)
+        # Files saved before 0.5 kept the vocabulary here, not in the tokenizer's folder.
+        path = f"{dir_path}/{VOCABULARY_ASSET}"
+        if tf.io.gfile.exists(path):
+            self.tokenizer.set_vocabulary(Vocabulary.load(path))
 
     def get_config(self):
         config = super().get_config()
-        # The vocabulary travels as an asset of the .keras file, not in the JSON config.
-        config["vocabulary"] = None
+        for key in ("add_start_token", "add_end_token"):
+            config.pop(key, None)
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config.pop("vocabulary", None)  # files before 0.5: the vocabulary is an asset
+        return super().from_config(config)
+
+
+def _as_str(text):
+    """A detokenized text (a str, bytes or a scalar string tensor) as a str."""
+    if not isinstance(text, (str, bytes)):
+        text = keras.ops.convert_to_numpy(text).item()
+    return text.decode("utf-8") if isinstance(text, bytes) else text
+
+
+def _holds_ids(x):
+    """Whether `x` is already ids (a dict of model inputs, or a numeric array or tensor)."""
+    if isinstance(x, dict):
+        return True
+    if isinstance(x, (str, bytes)):
+        return False
+    if isinstance(x, (list, tuple)):
+        return bool(x) and not any(isinstance(v, (str, bytes)) for v in x)
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return False
+    name = str(getattr(dtype, "name", dtype))
+    return "string" not in name and "str" not in name and name != "object"
+
+
+def _checked_texts(texts):
+    """`texts` as a non-empty list of str; a clear error for anything else."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, bytearray)):
+        raise ValueError("`texts` is bytes: expected a str or a list of str (decode it, "
+                         "e.g. texts.decode('utf-8')).")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise ValueError(f"`texts` must be a str or a list of str, got "
+                         f"{type(texts).__name__}.") from None
+    if not texts:
+        raise ValueError("`texts` is empty: expected at least one text.")
+    for i, text in enumerate(texts):
+        if isinstance(text, (bytes, bytearray)):
+            raise ValueError(f"`texts[{i}]` is bytes: expected a str (decode it, e.g. "
+                             f"text.decode('utf-8')).")
+        if not isinstance(text, str):
+            raise ValueError(f"`texts[{i}]` must be a str, got {type(text).__name__}.")
+    return texts

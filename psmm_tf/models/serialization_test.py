@@ -24,6 +24,7 @@ from psmm_tf.models import (
     LSTMLanguageModel,
     PointerSentinelLM,
     PointerSoftmaxLM,
+    WordTokenizer,
 )
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat"]
@@ -44,6 +45,7 @@ INSTANCES = {
     "InputOutputGate": lambda: InputOutputGate(len(WORDS), embedding_dim=4, dropout=0.2),
     "PointerSentinelLoss": lambda: PointerSentinelLoss(pointer_weight=0.5),
     "LSTMBackbone": _backbone,
+    "WordTokenizer": lambda: WordTokenizer(Vocabulary(WORDS), sequence_length=7),
     "LanguageModelPreprocessor": lambda: LanguageModelPreprocessor(Vocabulary(WORDS)),
     "LSTMLanguageModel": lambda: LSTMLanguageModel(_backbone(), window_size=4),
     "PointerSentinelLM": lambda: PointerSentinelLM(

@@ -47,20 +47,28 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(model.has_pointer, cls is not LSTMLanguageModel)
 
     def test_preprocessor_reads_texts_as_the_corpus_readers(self):
-        batch = LanguageModelPreprocessor(Vocabulary(WORDS))(["the cat sat\na dog\n", "mat"])
+        preprocessor = LanguageModelPreprocessor(Vocabulary(WORDS), sequence_length=7)
+        texts = ["the cat sat\na dog\n", "mat"]
+        batch = preprocessor.score_inputs(texts)
         self.assertEqual(batch["tokens"], [["the", "cat", "sat", "<eos>", "a", "dog", "<eos>"],
                                            ["mat", "<eos>"]])
         self.assertAllEqual(batch["target_ids"], [[2, 3, 4, 1, 7, 0, 1], [6, 1, 0, 0, 0, 0, 0]])
         # Each text starts after an <eos>; the inputs are the targets shifted by one.
         self.assertAllEqual(batch["token_ids"], [[1, 2, 3, 4, 1, 7, 0], [1, 6, 0, 0, 0, 0, 0]])
         self.assertAllEqual(batch["padding_mask"].sum(1), [7, 2])
+        # keras-hub's call (TensorFlow string ops) gives the same ids, targets and weights.
+        x, y, weight = preprocessor(texts)
+        self.assertAllEqual(x["token_ids"], batch["token_ids"])
+        self.assertAllEqual(x["padding_mask"], batch["padding_mask"])
+        self.assertAllEqual(y, batch["target_ids"])
+        self.assertAllEqual(weight, batch["padding_mask"].astype("float32"))
         with self.assertRaisesRegex(ValueError, r"`texts\[1\]` must be a str"):
-            LanguageModelPreprocessor(Vocabulary(WORDS))(["ok", 3])
+            preprocessor.score_inputs(["ok", 3])
 
     def test_score_text_is_score_of_the_preprocessed_ids(self):
         model = _task()
         result = model.score_text(["the cat sat on the mat", "a cat"])
-        batch = model.preprocessor(["the cat sat on the mat", "a cat"])
+        batch = model.preprocessor.score_inputs(["the cat sat on the mat", "a cat"])
         scores = model.score(batch["token_ids"], batch["target_ids"],
                              padding_mask=batch["padding_mask"])
         self.assertAllClose(result["log_probs"], scores["log_probs"], atol=1e-6)

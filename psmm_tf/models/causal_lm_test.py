@@ -1,0 +1,215 @@
+"""The tasks as keras-hub CausalLMs: compile/fit, predict, generate, presets; every backend."""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from psmm_tf import testing
+from psmm_tf.data import Vocabulary
+from psmm_tf.models import (
+    LanguageModelPreprocessor,
+    LSTMBackbone,
+    LSTMLanguageModel,
+    PointerSentinelLM,
+    PointerSoftmaxLM,
+)
+
+WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(20)]
+TASKS = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel),
+         ("pointer_softmax", PointerSoftmaxLM))
+
+
+def _task(cls=PointerSentinelLM, dropout=0.1, sequence_length=12, **kwargs):
+    backbone = LSTMBackbone(len(WORDS), 8, 8, 2, input_dropout=dropout, hidden_dropout=dropout,
+                            zoneout=dropout, seed=3, name="backbone")
+    preprocessor = LanguageModelPreprocessor(Vocabulary(WORDS), sequence_length=sequence_length)
+    return cls(backbone, window_size=6, seed=3, output_dropout=dropout,
+               preprocessor=preprocessor, **kwargs)
+
+
+def _ids(rng, rows, steps):
+    text = rng.integers(2, len(WORDS), size=(rows, steps + 1)).astype("int32")
+    return text[:, :-1], text[:, 1:]
+
+
+def _cycles(rows, steps):
+    """Each row repeats a cycle of 3 words (rows start on different words): a softmax and a
+    pointer both learn it in a few steps."""
+    text = 2 + (3 * np.arange(rows)[:, None] + np.arange(steps + 1)[None, :] % 3) % 20
+    return text[:, :-1].astype("int32"), text[:, 1:].astype("int32")
+
+
+class CausalLMTest(testing.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(*TASKS)
+    def test_fit_with_the_default_compile_lowers_the_loss(self, cls):
+        model = _task(cls)
+        x, y = _cycles(8, 10)
+        before = [np.array(w) for w in model.trainable_weights]
+        model.compile(optimizer=keras.optimizers.Adam(0.02))
+        history = model.fit(x, y, batch_size=4, epochs=8, verbose=0).history
+        # The loss is the objective averaged over targets (about log V = 3.09 at the start for
+        # the softmax; eq. 9 adds the pointer's term): never 0, and every weight moves.
+        self.assertGreater(history["loss"][0], 2.0)
+        self.assertLess(history["loss"][-1], history["loss"][0] - 0.25)
+        if cls is LSTMLanguageModel:  # its loss is the NLL the perplexity metric reads
+            self.assertAllClose(history["perplexity"], np.exp(history["loss"]), rtol=0.05)
+        for old, weight in zip(before, model.trainable_weights):
+            self.assertNotAllClose(old, weight, msg=weight.path)
+
+    @parameterized.named_parameters(*TASKS)
+    def test_one_fit_step_is_the_projects_training_step(self, cls):
+        # fit averages the objective over the targets, psmm-train sums it over each window's T
+        # targets and averages over the rows: SGD at T x the rate takes the same step.
+        rows, steps, rate = 2, 5, 0.05
+        model, reference = _task(cls, dropout=0.0), _task(cls, dropout=0.0)
+        reference.set_weights(model.get_weights())
+        x, y = _ids(self.rng, rows, steps)
+        model.compile(optimizer=keras.optimizers.SGD(rate * steps), weighted_metrics=[])
+        model.fit(x, y, batch_size=rows, epochs=1, shuffle=False, verbose=0)
+        batch = {"token_ids": x, "token_mask": np.ones_like(x, bool), "targets": y,
+                 "target_weights": np.ones(y.shape, "float32")}
+        _project_step(reference, keras.optimizers.SGD(rate), batch)
+        for a, b in zip(model.trainable_weights, reference.trainable_weights):
+            self.assertAllClose(a, b, atol=1e-5, msg=a.path)
+
+    def test_fit_reads_dicts_strings_and_datasets(self):
+        model = _task()
+        model.compile(optimizer=keras.optimizers.Adam(0.01))
+        x, y = _ids(self.rng, 4, 10)
+        mask = np.ones_like(x, bool)
+        mask[:, 7:] = False  # padding: its targets carry no weight
+        y_padded = np.where(mask, y, 0)
+        loss_dict = model.evaluate({"token_ids": x, "padding_mask": mask}, y_padded, verbose=0,
+                                   return_dict=True)["loss"]
+        loss_cut = model.evaluate(x[:, :7], y[:, :7], verbose=0, return_dict=True)["loss"]
+        self.assertAllClose(loss_dict, loss_cut, rtol=1e-5)
+        texts = ["w1 w2 w3 w1 w2 w3\nw4 w5", "w6 w7 w6 w7 w6 w7"]
+        history = model.fit(texts, batch_size=2, epochs=2, verbose=0).history
+        self.assertLen(history["loss"], 2)
+        # A tf.data pipeline of strings mapped by the preprocessor, and one of ids.
+        strings = tf.data.Dataset.from_tensor_slices(texts).batch(2).map(model.preprocessor)
+        self.assertLen(model.fit(strings, epochs=1, verbose=0).history["loss"], 1)
+        ids = tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
+        self.assertLen(model.fit(ids, epochs=1, verbose=0).history["loss"], 1)
+
+    @parameterized.named_parameters(*TASKS)
+    def test_predict_and_logits_are_the_mixture_log_probabilities(self, cls):
+        model = _task(cls)
+        x, y = _ids(self.rng, 2, 9)
+        log_p = model.predict(x, verbose=0)
+        self.assertEqual(log_p.shape, (2, 9, len(WORDS)))
+        self.assertAllClose(np.exp(log_p).sum(-1), np.ones((2, 9)), atol=1e-5)
+        outputs = model(x, training=False)
+        self.assertAllClose(np.exp(log_p), model.distribution(outputs), atol=1e-6)
+        # The same numbers as score's log-probabilities of the targets, and its logits mode.
+        picked = np.take_along_axis(log_p, y[..., None], -1)[..., 0]
+        self.assertAllClose(picked, model.score(x, y)["log_probs"], atol=1e-5)
+        self.assertAllClose(model.score(x, scoring_mode="logits")["logits"], log_p, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, "needs target_ids"):
+            model.score(x)
+
+    @parameterized.named_parameters(*TASKS)
+    def test_greedy_generate_is_the_argmax_of_the_full_sequence_mixture(self, cls):
+        model = _task(cls)
+        model.compile(sampler="greedy")
+        model.preprocessor = None  # keras-hub's convention: ids in, ids out
+        prompts = {"token_ids": np.zeros((2, 14), "int32"), "padding_mask": np.zeros((2, 14),
+                                                                                     bool)}
+        prompts["token_ids"][0, :5] = [1, 2, 3, 4, 2]
+        prompts["token_ids"][1, :3] = [1, 5, 6]
+        prompts["padding_mask"][0, :5] = prompts["padding_mask"][1, :3] = True
+        out = model.generate(dict(prompts), stop_token_ids=None)
+        ids = np.asarray(out["token_ids"])
+        self.assertAllEqual(ids[0, :5], prompts["token_ids"][0, :5])  # prompts kept
+        self.assertAllEqual(ids[1, :3], prompts["token_ids"][1, :3])
+        log_p = model.score(ids[:, :-1], scoring_mode="logits")["logits"]
+        for row, start in ((0, 5), (1, 3)):
+            self.assertAllEqual(ids[row, start:], np.argmax(log_p[row, start - 1:], -1))
+
+    def test_generate_copies_a_word_seen_only_in_the_prompt(self):
+        # With the gate pinned near 0 the mixture is the pointer's: every word generated
+        # greedily comes from the window, whatever the untrained softmax prefers.
+        model = _task(PointerSentinelLM, gate_calibration=(0.0, -30.0))
+        model.compile(sampler="greedy")
+        text = model.generate("w17 w3 w17 w3", max_length=12, stop_token_ids=None)
+        generated = text.split()[4:]
+        self.assertLen(generated, 7)
+        self.assertTrue(set(generated) <= {"w17", "w3"}, text)
+        # Without the pointer's say the untrained softmax produces other words.
+        model.set_gate_calibration((0.0, 30.0))
+        self.assertFalse(set(model.generate("w17 w3 w17 w3", max_length=12,
+                                            stop_token_ids=None).split()[4:]) <= {"w17", "w3"})
+
+    @parameterized.named_parameters(("greedy", "greedy"), ("top_k", "top_k"),
+                                    ("top_p", "top_p"), ("random", "random"),
+                                    ("beam", "beam"))
+    def test_every_sampler_generates_from_strings(self, sampler):
+        model = _task()
+        model.compile(sampler=sampler)
+        texts = model.generate(["w1 w2 w3", "w4"], max_length=9)
+        self.assertLen(texts, 2)
+        self.assertTrue(texts[0].startswith("w1 w2 w3"), texts[0])
+        self.assertLessEqual(len(texts[1].split()), 8)
+        self.assertTrue(set(" ".join(texts).split()) <= set(WORDS[2:]), texts)
+
+    def test_from_preset_loads_a_saved_preset_and_a_run_folder(self):
+        model = _task()
+        preset = os.path.join(self.get_temp_dir(), "preset")
+        model.save_to_preset(preset)
+        with self.assertRaisesRegex(FileExistsError, "never replaces"):
+            model.save_to_preset(preset)
+        run = os.path.join(self.get_temp_dir(), "run")
+        os.makedirs(run)
+        model.save(os.path.join(run, "model.keras"))
+        for path in (preset, run):
+            loaded = PointerSentinelLM.from_preset(path)
+            self.assertAllClose(loaded.score_text("w1 w2 w3")["log_probs"],
+                                model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
+            self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
+        with self.assertRaisesRegex(ValueError, "holds a PointerSentinelLM, not a"):
+            LSTMLanguageModel.from_preset(preset)
+        with self.assertRaisesRegex(ValueError, "holds no model.keras"):
+            PointerSentinelLM.from_preset(self.get_temp_dir())
+
+    def test_a_loaded_model_fine_tunes_with_fit(self):
+        model = _task()
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+        texts = ["w1 w2 w3 w1 w2 w3 w1 w2 w3"] * 4
+        loaded.compile(optimizer=keras.optimizers.Adam(0.02))
+        history = loaded.fit(texts, batch_size=4, epochs=5, verbose=0).history
+        self.assertLess(history["loss"][-1], history["loss"][0])
+
+    def test_the_tokenizer_maps_over_a_dataset_and_detokenizes(self):
+        model = _task()
+        tokenizer = model.preprocessor.tokenizer
+        ds = tf.data.Dataset.from_tensor_slices(["w1 w2\nw3\n", "w9 nope"]).map(tokenizer)
+        ids = [list(row.numpy()) for row in ds]
+        self.assertEqual(ids, [[3, 4, 1, 5, 1], [11, 0, 1]])
+        self.assertEqual(tokenizer.detokenize(ids[0]), "w1 w2\nw3\n")
+        self.assertEqual(tokenizer.vocabulary_size(), len(WORDS))
+        self.assertEqual(tokenizer.end_token_id, 1)
+        self.assertEqual(model.preprocessor.sequence_length, 12)
+
+
+def _project_step(model, optimizer, batch):
+    """psmm-train's training step (its backend's) on one batch, without clipping."""
+    rows = batch["token_ids"].shape[0]
+    if keras.backend.backend() == "jax":
+        from psmm_tf.jax_train_step import JaxTrainStep
+
+        step = JaxTrainStep(model, optimizer, rows, context_length=0, use_memory=False,
+                            clip_norm=1e9)
+        step(batch, None, None)
+        return
+    from psmm_tf.training.steps import TrainStep
+
+    step = TrainStep(model, optimizer, tf.distribute.get_strategy(), rows, context_length=0,
+                     use_memory=False, clip_norm=1e9)
+    state, memory = step.initial_carry()
+    step({k: tf.constant(v) for k, v in batch.items()}, state, memory)
