@@ -6,6 +6,7 @@ import os
 import keras
 
 from psmm_tf.models.backbone import LSTMBackbone
+from psmm_tf.models.causal_lm import RecurrentCausalLM
 from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.inputs import validate_inputs
 from psmm_tf.models.language_model import LanguageModel
@@ -13,7 +14,6 @@ from psmm_tf.models.lstm_lm import LSTMLanguageModel
 from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
 from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
-from psmm_tf.models.causal_lm import RecurrentCausalLM
 from psmm_tf.models.preprocessor import LanguageModelPreprocessor
 from psmm_tf.models.tokenizer import WordTokenizer
 

@@ -22,7 +22,7 @@ import keras_hub
 import tensorflow as tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
-from psmm_tf.data.corpus import EOS_TOKEN, UNK_TOKEN
+from psmm_tf.data.corpus import EOS_TOKEN
 from psmm_tf.data.vocabulary import Vocabulary
 
 VOCABULARY_ASSET = "vocabulary.txt"
