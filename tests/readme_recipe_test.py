@@ -1,5 +1,6 @@
 """The README's "use the pointer in your own Keras model" recipe, run verbatim."""
 
+import os
 import re
 from pathlib import Path
 
@@ -45,8 +46,41 @@ def library_blocks():
 
 class ReadmeLibraryTest(testing.TestCase):
 
+    def test_the_keras_hub_block_loads_fine_tunes_generates_and_saves(self):
+        from psmm_tf.data import Vocabulary, synthetic
+        from psmm_tf.models import LanguageModelPreprocessor, LSTMBackbone, PointerSentinelLM
+
+        # A stand-in for the quick start's run: a tiny PSMM with the synthetic corpus' words.
+        lines = synthetic.generate_corpus(3000, seed=0)
+        words = sorted({w for line in lines for w in line.split()} - {"<eos>", "<unk>"})
+        vocabulary = Vocabulary(["<unk>", "<eos>"] + words)
+        run = os.path.join(self.get_temp_dir(), "psmm_quickstart", "psmm")
+        os.makedirs(run)
+        trained = PointerSentinelLM(
+            LSTMBackbone(len(vocabulary), 16, 16, 2, seed=0), window_size=8, seed=0,
+            preprocessor=LanguageModelPreprocessor(vocabulary, sequence_length=32))
+        trained.save(os.path.join(run, "model.keras"))
+        block = library_blocks()[0].replace('"/tmp/', f'"{self.get_temp_dir()}/')
+        namespace = {}
+        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
+        model = namespace["model"]
+        self.assertEqual(ops.convert_to_numpy(namespace["log_p"]).shape,
+                         (1, 32, len(vocabulary)))
+        prompt = "prof. rugribra , director of".split()
+        generated = model.generate(" ".join(prompt), max_length=24).split()
+        self.assertEqual(generated[:5], [w if w in vocabulary else "<unk>" for w in prompt])
+        self.assertTrue(set(generated) <= set(vocabulary.tokens), generated)
+        preset = PointerSentinelLM.from_preset(os.path.join(self.get_temp_dir(),
+                                                            "psmm_finetuned"))
+        texts = namespace["texts"]
+        self.assertAllClose(preset.score_text(texts)["log_probs"],
+                            model.score_text(texts)["log_probs"], atol=1e-6)
+        # Fine-tuning moved the weights away from the run's.
+        self.assertNotAllClose(preset.score_text(texts)["log_probs"],
+                               trained.score_text(texts)["log_probs"])
+
     def test_the_library_blocks_run_and_agree_with_numpy(self):
-        blocks = library_blocks()
+        blocks = library_blocks()[1:]
         self.assertLen(blocks, 2)
         namespace = {}
         exec(compile(blocks[0], str(README), "exec"), namespace)  # noqa: S102
