@@ -183,6 +183,10 @@ class TrainConfig:
     keep_checkpoints: int = 3
     # Evaluate on at most this many tokens of the validation and test splits (None: all).
     max_eval_tokens: int | None = None
+    # Fine-tuning: a trained run folder (its model.keras) or a .keras file whose weights and
+    # vocabulary a new run starts from; the model fields must describe that model (None: a
+    # fresh initialisation).
+    init_from: str | None = None
 
     def __post_init__(self):
         _check_choice("pointer_memory", self.pointer_memory, POINTER_MEMORY_MODES)
@@ -198,6 +202,10 @@ class TrainConfig:
         for name in ("steps_per_epoch", "max_eval_tokens"):
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
+        if self.init_from is not None and (not isinstance(self.init_from, str)
+                                           or not self.init_from):
+            raise ValueError(f"init_from must be the path of a trained run folder or .keras "
+                             f"file, or None; got {self.init_from!r}.")
         if not isinstance(self.calibrate_gate, bool):
             raise ValueError(f"calibrate_gate must be True or False, got {self.calibrate_gate!r}.")
         if self.context_length is not None and self.context_length < 0:

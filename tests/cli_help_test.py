@@ -22,7 +22,7 @@ TRAIN_FLAGS = (
     "zoneout", "clip_norm", "init_scale", "initial_gate",
     "pointer_clip_norm", "pointer_loss_weight", "[no]calibrate_gate", "seed", "jit_compile",
     "checkpoint_every_steps",
-    "max_eval_tokens", "eval_batch_size", "override", "strategy", "logical_cpus",
+    "max_eval_tokens", "eval_batch_size", "init_from", "override", "strategy", "logical_cpus",
     "[no]compare_baseline",
     "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "verbose", "[no]restart",
     "[no]version")

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import unittest
 from unittest import mock
 
@@ -12,10 +13,10 @@ from train_testlib import shared_data_dir, tiny_config
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data.corpus import load_splits
 from psmm_tf.data.vocabulary import Vocabulary
-from psmm_tf.evaluation import report, trained_run
+from psmm_tf.evaluation import pointer_diagnostics, report, trained_run
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import build_model
-from psmm_tf.training import checkpointing, reporting, train_lib
+from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 from psmm_tf.training.steps import TrainStep
 
 
@@ -215,6 +216,34 @@ class RealCorpusTest(tf.test.TestCase):
                             results["test_perplexity"], rtol=1e-5)
         self.assertLess(results["test_perplexity"], 0.9 * initial)
         self.assertGreater(results["test_perplexity"], 500)
+
+    def test_init_from_fine_tunes_a_run_on_another_corpus_with_its_vocabulary(self):
+        first = self.get_temp_dir() + "/synthetic"
+        train_lib.run(tiny_config(steps_per_epoch=4), first, verbose=0)
+        trained = keras.saving.load_model(first + "/model.keras")
+        ptb = {"dataset": "ptb", "data_dir": str(self.data / "ptb")}
+        config = tiny_config(steps_per_epoch=2, max_eval_tokens=200).replace(
+            data=ptb, train={"init_from": first})
+        second = self.get_temp_dir() + "/fine_tuned"
+        results = train_lib.run(config, second, verbose=0)
+        self.assertTrue(math.isfinite(results["test_perplexity"]))
+        # The run reads PTB with the first run's vocabulary, and starts from its weights.
+        self.assertEqual(Vocabulary.load(second + "/vocab.txt"),
+                         Vocabulary.load(first + "/vocab.txt"))
+        start = pointer_diagnostics.load_initial_pointer_weights(second + "/initial_pointer.npz")
+        for name, value in pointer_diagnostics.pointer_weights(trained).items():
+            self.assertAllClose(start[name], value, msg=name)
+        # A config describing another network is refused before anything is written.
+        bad = config.replace(model={"hidden_dim": 32})
+        with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                    "its model is not the one the config describes "
+                                    r"\(hidden_dim: config 32, model 16\)"):
+            train_lib.run(bad, self.get_temp_dir() + "/refused", verbose=0)
+        self.assertFalse(os.path.exists(self.get_temp_dir() + "/refused/config.json"))
+        with self.assertRaisesRegex(run_setup.RunRefusedError, "expected a psmm-train run "
+                                    "folder holding model.keras"):
+            train_lib.run(config.replace(train={"init_from": second + "/nothing"}),
+                          self.get_temp_dir() + "/refused", verbose=0)
 
     def test_wikitext_trains_on_the_valid_file(self):
         config = tiny_config(steps_per_epoch=2, max_eval_tokens=300).replace(data={

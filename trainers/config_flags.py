@@ -125,6 +125,9 @@ CONFIG_FLAGS = (
        "Evaluate on at most this many tokens per split.", "positive"),
     _F("eval_batch_size", ("train.eval_batch_size",), "Streams of the evaluation (1: exact).",
        "positive"),
+    _F("init_from", ("train.init_from",), "Fine-tune: start from the weights and vocabulary of "
+       "a trained run folder (its model.keras) or a .keras file; the model flags (preset) must "
+       "describe that model."),
 )
 BY_NAME = {flag.name: flag for flag in CONFIG_FLAGS}
 OVERRIDE_FLAG = "override"
@@ -259,6 +262,9 @@ def check_combination(config, flag_values):
     ignore are refused rather than dropped; a recompute context must lie inside the window.
     """
     f, data = flag_values, config.data
+    if config.train.init_from is not None and f["compare_baseline"].value:
+        raise ValueError("--init_from cannot be used with --compare_baseline: it names one "
+                         "trained model; fine-tune each model in a run of its own.")
     if data.dataset != "synthetic" and not data.data_dir:
         raise ValueError(f"--data_dir is required for --dataset={data.dataset}: the folder "
                          "holding the corpus files (e.g. ptb.train.txt, ptb.valid.txt, "

@@ -99,8 +99,13 @@ def prepare_workdir(config, workdir, strategy, restart=False):
             raise RunRefusedError(
                 f"{config_path} is not a training run's config ({type(err).__name__}: {err}); "
                 f"restore it, or start the new run in another workdir.") from None
+    init_model = None
+    if config.train.init_from is not None:
+        init_model = load_init_model(config.train.init_from)
     if vocab_path.is_file():
         vocabulary = run_files.load_vocabulary(workdir, error=RunRefusedError)
+    elif init_model is not None:
+        vocabulary = init_model.preprocessor.vocabulary
     else:
         vocabulary = _base_vocabulary(config)
     scratch = workdir / run_files.SYNTHETIC_DATA_DIR
@@ -116,6 +121,15 @@ def prepare_workdir(config, workdir, strategy, restart=False):
     _check_corpus_fits(config, corpus)
     seed = config.model.seed if config.model.seed is not None else config.train.seed
     config = config.replace(model={"vocab_size": len(corpus.vocabulary), "seed": seed})
+    if init_model is not None:
+        from psmm_tf.models import model_config_differences
+
+        differences = model_config_differences(init_model, config.model)
+        if differences:
+            raise RunRefusedError(
+                f"init_from {config.train.init_from}: its model is not the one the config "
+                f"describes ({'; '.join(differences)}). Give the preset and model flags of the "
+                "run that trained it.")
     if stored is not None:
         changed = [name for name in config_differences(stored, config)
                    if name not in RESUMABLE_CHANGES]
@@ -298,6 +312,29 @@ def _acquire_lock(path):
 def _read_lock_pid(fd):
     text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
     return text if text.isdigit() else None
+
+
+def load_init_model(path):
+    """The trained model `train.init_from` names: a run folder's model.keras or a .keras file.
+
+    Raises:
+        RunRefusedError: no such model, one that does not load, or one without a vocabulary.
+    """
+    path = Path(path)
+    model_file = path / run_files.MODEL_FILE if path.is_dir() else path
+    if model_file.suffix != ".keras" or not model_file.is_file():
+        raise RunRefusedError(f"init_from {path}: expected a psmm-train run folder holding "
+                              f"{run_files.MODEL_FILE}, or a .keras file; there is none.")
+    try:
+        model = keras.saving.load_model(model_file)
+    except Exception as err:  # noqa: BLE001 - Keras raises many kinds for a bad file
+        raise RunRefusedError(f"init_from {path}: {model_file} does not load as a model "
+                              f"({type(err).__name__}: {err}).") from None
+    preprocessor = getattr(model, "preprocessor", None)
+    if preprocessor is None or preprocessor.vocabulary is None:
+        raise RunRefusedError(f"init_from {path}: {model_file} holds no vocabulary (a model "
+                              "saved by psmm-train or with a LanguageModelPreprocessor has one).")
+    return model
 
 
 def _base_vocabulary(config):

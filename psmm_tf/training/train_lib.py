@@ -60,6 +60,8 @@ class _Run:
             self.model = build_model(
                 config.model, preprocessor=LanguageModelPreprocessor(corpus.vocabulary))
             self.model.set_vocabulary(corpus.vocabulary.tokens)
+            if train.init_from is not None:  # fine-tuning (a checkpoint, if any, comes later)
+                self.model.set_weights(run_setup.load_init_model(train.init_from).get_weights())
             self.optimizer = run_setup.make_optimizer(train)
             self.optimizer.build(self.model.trainable_variables)
         self.schedule = PlateauSchedule(train.learning_rate, train.lr_decay, train.patience,
