@@ -1,17 +1,19 @@
 """The recurrent component: embedding, a stack of zoneout LSTMs and locked dropout."""
 
 import keras
+import keras_hub
 from keras import ops
 
 from psmm_tf.layers import LockedDropout, ZoneoutLSTM, checked_ids
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
-class LSTMBackbone(keras.layers.Layer):
+class LSTMBackbone(keras_hub.models.Backbone):
     """Embedding + `num_layers` LSTM layers with variational dropout and zoneout.
 
-    The backbone of every language-model task of the package (keras-hub's Backbone/Task split:
-    the tasks are given a backbone and add their own head, output dropout included). Locked
+    The backbone of every language-model task of the package: a keras-hub `Backbone` (a
+    subclassed one: its call takes and returns the carried LSTM state), given to the tasks,
+    which add their own head, output dropout included. Locked
     dropout is applied to the input of every layer (`input_dropout` on the embedding,
     `hidden_dropout` between layers) and zoneout to every layer's recurrent state, as in the
     paper's regularised LSTM (section 5.2). All of it is active only in training.
@@ -93,6 +95,11 @@ class LSTMBackbone(keras.layers.Layer):
             rate = input_dropout if i == 0 else hidden_dropout
             setattr(self, f"locked_dropout_{i}",
                     LockedDropout(rate, seed=sub_seed(40 + i), name=f"locked_dropout_{i}"))
+
+    @property
+    def token_embedding(self):
+        """The word embedding (keras-hub's name for it)."""
+        return self.embedding
 
     @property
     def lstm_layers(self):

@@ -26,6 +26,7 @@ import keras_hub
 from keras import ops
 
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
+from psmm_tf.models.tokenizer import VOCABULARY_ASSET
 
 # The model file inside a preset folder or a psmm-train run folder.
 MODEL_FILE = "model.keras"
@@ -91,6 +92,22 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         self.compile(**keras.saving.deserialize_keras_object(config), sampler=sampler)
         if self.built:
             self.optimizer.build(self.trainable_variables)
+
+    def _compile_if_needed(self):
+        if not self.compiled:
+            self.compile()
+
+    def fit(self, *args, **kwargs):
+        self._compile_if_needed()
+        return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        self._compile_if_needed()
+        return super().evaluate(*args, **kwargs)
+
+    def make_generate_function(self):
+        self._compile_if_needed()
+        return super().make_generate_function()
 
     # --- fit / evaluate ---------------------------------------------------------------------
 
@@ -164,6 +181,16 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         attribute, not a variable) calls it."""
         self.__dict__["_scoring_functions"] = {}
         self.generate_function = None
+
+    def load_assets(self, dir_path):
+        # `.keras` files saved before 0.5 kept the preprocessor's vocabulary under
+        # `layers/<its name>/`; the tokenizer reads its own folder in later files.
+        preprocessor = self.preprocessor
+        if preprocessor is None or dir_path is None:
+            return
+        path = os.path.join(dir_path, "layers", preprocessor.name, VOCABULARY_ASSET)
+        if os.path.isfile(path):
+            preprocessor.set_vocabulary(path)
 
     # --- presets ----------------------------------------------------------------------------
 

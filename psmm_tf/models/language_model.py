@@ -384,7 +384,10 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        # Uncompiled: a `.keras` file's compile config, if any, is applied by the loader, and
+        # a model saved uncompiled (psmm-train's) is compiled with the defaults when first fit,
+        # evaluated or asked to generate (`RecurrentCausalLM`).
+        return cls(**dict(config, compile=False))
 
 
 def _perplexity(log_likelihood, num_tokens):

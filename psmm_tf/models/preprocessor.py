@@ -8,7 +8,7 @@ from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN, text_tokens
 from psmm_tf.data.vocabulary import Vocabulary
-from psmm_tf.models.tokenizer import VOCABULARY_ASSET, WordTokenizer
+from psmm_tf.models.tokenizer import WordTokenizer
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
@@ -159,12 +159,6 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
             padding_mask[row, :len(ids)] = True
         return {"token_ids": token_ids, "target_ids": target_ids, "padding_mask": padding_mask,
                 "tokens": tokens}
-
-    def load_assets(self, dir_path):
-        # Files saved before 0.5 kept the vocabulary here, not in the tokenizer's folder.
-        path = f"{dir_path}/{VOCABULARY_ASSET}"
-        if tf.io.gfile.exists(path):
-            self.tokenizer.set_vocabulary(Vocabulary.load(path))
 
     def get_config(self):
         config = super().get_config()

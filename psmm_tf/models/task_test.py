@@ -1,6 +1,8 @@
 """keras-hub's shape: a backbone given to the task, a preprocessor in the .keras file, checks."""
 
+import json
 import os
+import zipfile
 
 import keras
 import numpy as np
@@ -58,8 +60,12 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         self.assertAllEqual(batch["padding_mask"].sum(1), [7, 2])
         # keras-hub's call (TensorFlow string ops) gives the same ids, targets and weights.
         x, y, weight = preprocessor(texts)
-        self.assertAllEqual(x["token_ids"], batch["token_ids"])
-        self.assertAllEqual(x["padding_mask"], batch["padding_mask"])
+        # (Equal where the mask is True; padding may hold any id.)
+        self.assertAllEqual(np.where(batch["padding_mask"], x["token_ids"], 0),
+                            batch["token_ids"])
+        # keras-hub's input mask marks the input tokens that exist: a text shorter than the
+        # sequence also has its last token (whose target is padding, weight 0).
+        self.assertAllEqual(np.asarray(x["padding_mask"]).sum(1), [7, 3])
         self.assertAllEqual(y, batch["target_ids"])
         self.assertAllEqual(weight, batch["padding_mask"].astype("float32"))
         with self.assertRaisesRegex(ValueError, r"`texts\[1\]` must be a str"):
@@ -86,6 +92,32 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         path = os.path.join(self.get_temp_dir(), "model.keras")
         model.save(path)
         loaded = keras.saving.load_model(path)
+        self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
+        self.assertAllClose(loaded.score_text("the cat sat")["log_probs"],
+                            model.score_text("the cat sat")["log_probs"], atol=1e-6)
+
+    def test_a_keras_file_saved_before_keras_hub_preprocessing_loads(self):
+        # Before 0.5 the preprocessor was a plain layer: its config held no tokenizer, and its
+        # vocabulary was saved under assets/layers/<its name>/. Such a file is rebuilt here
+        # from a new one and must load and score the same.
+        model = _task()
+        new = os.path.join(self.get_temp_dir(), "new.keras")
+        old = os.path.join(self.get_temp_dir(), "old.keras")
+        model.save(new)
+        with zipfile.ZipFile(new) as source, zipfile.ZipFile(old, "w") as target:
+            for name in source.namelist():
+                data = source.read(name)
+                if name == "config.json":
+                    config = json.loads(data)
+                    preprocessor = config["config"]["preprocessor"]["config"]
+                    for key in ("tokenizer", "config_file", "sequence_length"):
+                        del preprocessor[key]
+                    preprocessor["vocabulary"] = None
+                    data = json.dumps(config)
+                elif name == "assets/preprocessor/tokenizer/vocabulary.txt":
+                    name = "assets/layers/language_model_preprocessor/vocabulary.txt"
+                target.writestr(name, data)
+        loaded = keras.saving.load_model(old)
         self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
         self.assertAllClose(loaded.score_text("the cat sat")["log_probs"],
                             model.score_text("the cat sat")["log_probs"], atol=1e-6)

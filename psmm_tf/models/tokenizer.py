@@ -210,7 +210,10 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
             self.vocabulary.save(f"{dir_path}/{VOCABULARY_ASSET}")
 
     def load_assets(self, dir_path):
-        self.set_vocabulary(Vocabulary.load(f"{dir_path}/{VOCABULARY_ASSET}"))
+        # Files saved before 0.5 have no tokenizer folder: their preprocessor sets the
+        # vocabulary (`LanguageModelPreprocessor.load_assets`).
+        if dir_path is not None and tf.io.gfile.exists(f"{dir_path}/{VOCABULARY_ASSET}"):
+            self.set_vocabulary(Vocabulary.load(f"{dir_path}/{VOCABULARY_ASSET}"))
 
     def get_config(self):
         config = super().get_config()
