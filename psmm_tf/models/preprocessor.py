@@ -7,7 +7,6 @@ import tensorflow as tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN, text_tokens
-from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.models.tokenizer import WordTokenizer
 
 
