@@ -10,7 +10,7 @@ registers every serialisable class with Keras.
 
 __version__ = "0.2.0.dev0"
 
-# Importing the package registers every serialisable class (layers, losses, models and the
-# preprocessor) with Keras, so `keras.saving.load_model(path)` works after `import psmm_tf`
-# on any backend, with safe_mode on.
-from psmm_tf import layers, losses, models  # noqa: E402,F401
+# Importing the package registers every serialisable class (layers, losses, models, the
+# tokenizer and the preprocessor) with Keras, so `keras.saving.load_model(path)` works after
+# `import psmm_tf` on any backend, with safe_mode on; `psmm_tf.configs` holds the presets.
+from psmm_tf import configs, layers, losses, models  # noqa: E402,F401

@@ -322,11 +322,14 @@ PRESETS = {
                     input_dropout=0.1, hidden_dropout=0.1, output_dropout=0.1, zoneout=0.1),
         TrainConfig(batch_size=4, num_predicted=8, max_epochs=2, eval_length=16),
     ),
-    # 2x200, window 50: CPU benchmarks and quick real-data runs.
+    # 2x200, window 50: CPU benchmarks and quick real-data runs. Zaremba et al.'s small
+    # initialisation (uniform in [-0.1, 0.1]) and the pointer's share warmed up, as medium.
     "small": ExperimentConfig(
         ModelConfig(embedding_dim=200, hidden_dim=200, num_layers=2, window_size=50,
-                    input_dropout=0.3, hidden_dropout=0.3, output_dropout=0.3, zoneout=0.1),
-        TrainConfig(batch_size=20, num_predicted=35, eval_length=100),
+                    input_dropout=0.3, hidden_dropout=0.3, output_dropout=0.3, zoneout=0.1,
+                    init_scale=0.1),
+        TrainConfig(batch_size=20, num_predicted=35, eval_length=100,
+                    pointer_warmup_steps=100),
     ),
     # The paper's PTB model (2x650, window 100, dropout 0.5) in Zaremba et al.'s medium regime:
     # batch 20, BPTT 35, weights uniform in [-0.05, 0.05]; the pointer's share warmed up over

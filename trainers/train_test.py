@@ -126,8 +126,8 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertEqual(notes["initial_gate"], "default from --preset=medium: 0")
         self.assertEqual(notes["init_scale"], "default from --preset=medium: 0.05")
         self.assertEqual(notes["pointer_warmup_steps"], "default from --preset=medium: 100")
-        self.assertEqual(config_flags.preset_notes("small")["init_scale"],
-                         "default from --preset=small: 0")
+        self.assertEqual(config_flags.preset_notes("tiny")["init_scale"],
+                         "default from --preset=tiny: 0")
         self.assertEqual(notes["context_length"],
                          "default from --preset=medium: unset (window_size - 1)")
         # Every config flag has a note, and only those.
