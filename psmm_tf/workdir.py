@@ -30,12 +30,14 @@ import os
 import zipfile
 from pathlib import Path
 
+from psmm_tf.models.causal_lm import MODEL_FILE
+
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
 VOCAB_HASH_FILE = "vocab.sha256"
 LOCK_FILE = ".lock"
 CHECKPOINT_DIR = "checkpoints"
-MODEL_FILE = "model.keras"
+# MODEL_FILE ("model.keras") is the presets' name: a run folder loads as a preset.
 HISTORY_FILE = "history.json"
 STEPS_FILE = "steps.jsonl"
 RESULTS_FILE = "results.json"

@@ -28,7 +28,8 @@ from keras import ops
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 from psmm_tf.models.tokenizer import VOCABULARY_ASSET
 
-# The model file inside a preset folder or a psmm-train run folder.
+# A preset folder holds the model's `.keras` file and its metadata; a psmm-train run folder
+# (`psmm_tf.workdir`) holds the same model file, so it loads as a preset too.
 MODEL_FILE = "model.keras"
 PRESET_METADATA_FILE = "metadata.json"
 
@@ -223,9 +224,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         """Writes the model (weights, config, vocabulary) to a preset folder that
         `from_preset` loads: `model.keras` and `metadata.json`. An existing model file there
         is refused, not replaced."""
+        import importlib.metadata
         import json
-
-        from psmm_tf import __version__
 
         os.makedirs(preset_dir, exist_ok=True)
         model_file = os.path.join(preset_dir, MODEL_FILE)
@@ -233,7 +233,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             raise FileExistsError(f"{model_file} exists: save_to_preset never replaces a "
                                   "model; give an empty folder.")
         self.save(model_file)
-        metadata = {"class_name": type(self).__name__, "psmm_tf_version": __version__,
+        metadata = {"class_name": type(self).__name__,
+                    "psmm_tf_version": importlib.metadata.version("psmm_tf"),
                     "keras_version": keras.__version__,
                     "parameter_count": int(self.count_params())}
         with open(os.path.join(preset_dir, PRESET_METADATA_FILE), "w") as f:

@@ -14,9 +14,10 @@ from psmm_tf.training.checkpointing import track_random_states
 
 
 def _model(cls, softmax="full"):
+    # Uncompiled, as psmm-train builds them (a compiled model also checkpoints its optimizer).
     model = testing.language_model(cls, vocab_size=12, embedding_dim=4, hidden_dim=4,
                                    num_layers=2, window_size=3, zoneout=0.2, seed=1,
-                                   softmax=softmax, max_word_length=5)
+                                   softmax=softmax, max_word_length=5, compile=False)
     model.set_vocabulary([f"w{i}" for i in range(12)])
     return track_random_states(model)
 
