@@ -12,6 +12,7 @@ carried LSTM state and pointer memory. It is a pure function of the variables' v
 import keras
 from keras import ops
 
+from psmm_tf.configs import TrainConfig
 from psmm_tf.losses import per_target_losses, window_sums
 
 
@@ -27,6 +28,8 @@ class JaxTrainStep:
         clip_norm: float. Global gradient norm limit; with `pointer_clip_norm`, the limit of
             every variable but the pointer's.
         pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
+            The defaults of `clip_norm`, `pointer_clip_norm` and `pointer_weight` are
+            `TrainConfig`'s (psmm-train's).
         pointer_weight: float. Weight of eq. 9's pointer term.
 
     Call arguments:
@@ -42,7 +45,8 @@ class JaxTrainStep:
     """
 
     def __init__(self, model, optimizer, global_batch_size, context_length, use_memory,
-                 clip_norm=5.0, pointer_clip_norm=None, pointer_weight=1.0):
+                 clip_norm=TrainConfig.clip_norm, pointer_clip_norm=TrainConfig.pointer_clip_norm,
+                 pointer_weight=TrainConfig.pointer_loss_weight):
         if keras.backend.backend() != "jax":
             raise RuntimeError("JaxTrainStep needs the JAX backend (KERAS_BACKEND=jax), got "
                                f"{keras.backend.backend()!r}.")

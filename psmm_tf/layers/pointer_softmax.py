@@ -32,6 +32,10 @@ class PointerSoftmax(PointerSentinel):
 
     def __init__(self, window_size, switch_units=64, kernel_initializer="glorot_uniform",
                  **kwargs):
+        for name in ("initial_gate", "gate_calibration"):
+            if kwargs.get(name) is not None:
+                raise ValueError(f"PointerSoftmax has no sentinel: {name} sets PointerSentinel's "
+                                 f"gate, got {kwargs[name]!r}.")
         super().__init__(window_size, kernel_initializer=kernel_initializer, **kwargs)
         if not isinstance(switch_units, int) or switch_units < 1:
             raise ValueError(f"switch_units must be an integer >= 1, got {switch_units!r}.")

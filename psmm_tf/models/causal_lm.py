@@ -6,8 +6,9 @@ preprocessor, and `from_preset`. What it leaves to each model is done here for t
 recurrent tasks, whose call takes and returns an LSTM state and a pointer memory and whose
 output is a dict (softmax logits, attention, gate):
 
-- the loss: the task's training objective per target (paper eq. 9 with a pointer, the softmax
-  cross-entropy without), averaged over the targets (`compute_loss`);
+- the loss: psmm-train's objective per target (the mixture's negative log-likelihood, eq. 9's
+  pointer term at psmm-train's weight; the softmax cross-entropy without a pointer), averaged
+  over the targets (`compute_loss`);
 - metrics and `predict` see the mixture's log-probabilities `(batch_size, T, V)`, pointer
   included, never the softmax's logits alone;
 - `generate_step` reads the prompt once and then one token per step, carrying the state and the
@@ -25,6 +26,7 @@ import keras
 import keras_hub
 from keras import ops
 
+from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 from psmm_tf.models.tokenizer import VOCABULARY_ASSET
 
@@ -48,7 +50,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     preprocessor = None
 
     def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto",
-                sampler="greedy", pointer_weight=1.0, **kwargs):
+                sampler="greedy", pointer_weight=TrainConfig.pointer_loss_weight, **kwargs):
         """Configures `fit`, `evaluate` and `generate`, with the language model's defaults.
 
         Args:
@@ -56,16 +58,18 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 the package's regime, on a loss averaged over the targets where psmm-train
                 sums it over each window's T targets, so steps are 1/T of psmm-train's), an
                 optimizer name or instance.
-            loss: "auto": `PointerSentinelLoss(pointer_weight)` averaged over the targets (eq. 9
-                with a pointer, the softmax cross-entropy without). Any Keras loss is given the
+            loss: "auto": `PointerSentinelLoss(pointer_weight)` averaged over the targets (the
+                mixture's negative log-likelihood, plus eq. 9's pointer term with
+                `pointer_weight` > 0; the softmax cross-entropy without a pointer). Any Keras
+                loss is given the
                 targets and the mixture's log-probabilities `(batch_size, T, V)` as logits
                 (e.g. `SparseCategoricalCrossentropy(from_logits=True)` is the mixture NLL).
             weighted_metrics: "auto": perplexity and accuracy of the mixture; metrics are given
                 the mixture's log-probabilities, weighted by the padding mask.
             sampler: a keras-hub sampler or its name ("greedy", "top_k", "top_p", "random",
                 "beam") for `generate`.
-            pointer_weight: float >= 0. Weight of eq. 9's pointer term in the "auto" loss (1:
-                the paper).
+            pointer_weight: float >= 0. Weight of eq. 9's pointer term in the "auto" loss
+                (default: psmm-train's, `TrainConfig.pointer_loss_weight` = 0; the paper: 1).
             **kwargs: as `keras.Model.compile`.
         """
         if optimizer == "auto":

@@ -399,11 +399,11 @@ def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, s
                 init_scale=None):
     """The output layer: logits `(B, T, V)` from hidden states `(B, T, D)`; its kernel Glorot,
     or uniform in `[-init_scale, init_scale]` (the backbone's `init_scale`)."""
-    # The uniform head takes a seed of its own: the embedding's (the same uniform draw) would
+    # The head takes a seed of its own: the embedding's (the same uniform draw, rescaled) would
     # start the head as a reshaped copy of the embedding.
-    initializer = (keras.initializers.GlorotUniform(seed=seed) if init_scale is None
-                   else keras.initializers.RandomUniform(-init_scale, init_scale,
-                                                         seed=None if seed is None else seed + 90))
+    head_seed = None if seed is None else seed + 90
+    initializer = (keras.initializers.GlorotUniform(seed=head_seed) if init_scale is None
+                   else keras.initializers.RandomUniform(-init_scale, init_scale, seed=head_seed))
     if softmax == "sampled":
         return SampledSoftmax(vocab_size, num_sampled=num_sampled, seed=seed,
                               kernel_initializer=initializer, name="vocab_head")

@@ -21,7 +21,12 @@ class PointerSoftmaxLM(LanguageModel):
     """
 
     def __init__(self, backbone, window_size=100, switch_units=64, **kwargs):
-        pointer = PointerSoftmax(window_size, switch_units=switch_units, name="pointer")
+        # Seeded from the model's seed, as PointerSentinelLM's pointer.
+        seed = kwargs.get("seed")
+        pointer = PointerSoftmax(
+            window_size, switch_units=switch_units, name="pointer",
+            kernel_initializer=keras.initializers.GlorotUniform(
+                seed=None if seed is None else seed + 101))
         self.switch_units = switch_units
         super().__init__(backbone, window_size=window_size, pointer=pointer, **kwargs)
 

@@ -22,11 +22,11 @@ from psmm_tf.models import (
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a"]
 
 
-def _task(cls=PointerSentinelLM, preprocessor=True, **kwargs):
-    backbone = LSTMBackbone(len(WORDS), 6, 8, 2, zoneout=0.1, seed=3, name="backbone")
+def _task(cls=PointerSentinelLM, preprocessor=True, seed=3, **kwargs):
+    backbone = LSTMBackbone(len(WORDS), 6, 8, 2, zoneout=0.1, seed=seed, name="backbone")
     if preprocessor:
         kwargs["preprocessor"] = LanguageModelPreprocessor(Vocabulary(WORDS))
-    return cls(backbone, window_size=4, seed=3, **kwargs)
+    return cls(backbone, window_size=4, seed=seed, **kwargs)
 
 
 class TaskTest(testing.TestCase, parameterized.TestCase):
@@ -121,6 +121,28 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
         self.assertAllClose(loaded.score_text("the cat sat")["log_probs"],
                             model.score_text("the cat sat")["log_probs"], atol=1e-6)
+
+    @parameterized.named_parameters(("keras_init", None), ("uniform", 0.1))
+    def test_the_head_does_not_start_as_a_copy_of_the_embedding(self, init_scale):
+        backbone = LSTMBackbone(len(WORDS), 8, 8, 1, seed=3, init_scale=init_scale)
+        model = LSTMLanguageModel(backbone, window_size=4, seed=3)
+        embedding = np.asarray(model.backbone.embedding.embeddings).ravel()
+        head = np.asarray(model.vocab_head.kernel).ravel()
+        # Both are uniform draws of the same size; from one seed they correlated 1.000.
+        self.assertLess(abs(np.corrcoef(embedding, head)[0, 1]), 0.3)
+
+    def test_the_pointer_softmax_is_seeded_and_has_no_sentinel_settings(self):
+        def pointer_weights(seed):
+            model = _task(PointerSoftmaxLM, preprocessor=False, seed=seed)
+            return [np.asarray(w) for w in model.pointer.weights]
+
+        for a, b in zip(pointer_weights(5), pointer_weights(5), strict=True):
+            self.assertAllEqual(a, b)
+        self.assertNotAllClose(pointer_weights(5)[0], pointer_weights(6)[0])
+        from psmm_tf.layers import PointerSoftmax
+
+        with self.assertRaisesRegex(ValueError, "has no sentinel: gate_calibration"):
+            PointerSoftmax(4, gate_calibration=(1.0, 0.0))
 
     def test_validate_inputs_names_the_bad_input(self):
         model = _task(preprocessor=False)

@@ -19,6 +19,7 @@ the LSTM's is larger still, so under one joint norm a step either starves the qu
 
 import tensorflow as tf
 
+from psmm_tf.configs import TrainConfig
 from psmm_tf.losses import per_target_losses, window_sums
 from psmm_tf.training import distribution
 
@@ -77,6 +78,8 @@ class TrainStep:
         clip_norm: float. Global gradient norm limit (paper: 1); with `pointer_clip_norm`, the
             limit of every variable but the pointer's.
         pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
+            The defaults of `clip_norm`, `pointer_clip_norm` and `pointer_weight` are
+            `TrainConfig`'s (psmm-train's).
         pointer_weight: float. Weight of eq. 9's pointer term (1: the paper; 0: mixture NLL).
         jit_compile: bool. XLA-compile the forward and backward pass.
 
@@ -94,8 +97,9 @@ class TrainStep:
     """
 
     def __init__(self, model, optimizer, strategy, global_batch_size, context_length,
-                 use_memory, clip_norm=1.0, jit_compile=False, pointer_clip_norm=None,
-                 pointer_weight=1.0):
+                 use_memory, clip_norm=TrainConfig.clip_norm, jit_compile=False,
+                 pointer_clip_norm=TrainConfig.pointer_clip_norm,
+                 pointer_weight=TrainConfig.pointer_loss_weight):
         self.model = model
         self.optimizer = optimizer
         self.strategy = strategy

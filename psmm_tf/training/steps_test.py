@@ -59,7 +59,18 @@ def _expected_psmm_gradients(model, batch, pointer_weight):
 
 
 class TrainStepTest(tf.test.TestCase):
+    def test_defaults_are_the_train_configs(self):
+        from psmm_tf.configs import TrainConfig
+
+        model = _model("psmm")
+        step = TrainStep(model, keras.optimizers.SGD(1.0), tf.distribute.get_strategy(), 2, 0,
+                         use_memory=False)
+        config = TrainConfig()
+        self.assertEqual((step.clip_norm, step.pointer_clip_norm, step.pointer_weight),
+                         (config.clip_norm, config.pointer_clip_norm, config.pointer_loss_weight))
+
     def _one_step(self, clip_norm, kind="lstm", **step_args):
+        step_args = {"pointer_clip_norm": None, "pointer_weight": 1.0, **step_args}
         model = _model(kind)
         batch = _batch()
         if kind == "lstm":
