@@ -102,13 +102,15 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         if not self.compiled:
             self.compile()
 
-    def fit(self, *args, **kwargs):
+    def fit(self, x=None, y=None, *args, **kwargs):
         self._compile_if_needed()
-        return super().fit(*args, **kwargs)
+        _check_id_arrays(self, x, y)
+        return super().fit(x, y, *args, **kwargs)
 
-    def evaluate(self, *args, **kwargs):
+    def evaluate(self, x=None, y=None, *args, **kwargs):
         self._compile_if_needed()
-        return super().evaluate(*args, **kwargs)
+        _check_id_arrays(self, x, y)
+        return super().evaluate(x, y, *args, **kwargs)
 
     def make_generate_function(self):
         self._compile_if_needed()
@@ -243,6 +245,25 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                     "parameter_count": int(self.count_params())}
         with open(os.path.join(preset_dir, PRESET_METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
+
+
+def _check_id_arrays(model, x, y):
+    """Range- and shape-checks ids given as arrays (`validate_inputs`) before they reach a
+    compiled step, where a bad id cannot raise; strings and datasets are left to the
+    preprocessor and the pipeline that made them."""
+    from psmm_tf.models.inputs import validate_inputs
+
+    mask = None
+    if isinstance(x, dict) and "token_ids" in x:
+        x, mask = x["token_ids"], x.get("padding_mask")
+    if not _is_numeric_array(x) or not (y is None or _is_numeric_array(y)):
+        return
+    validate_inputs(model, x, target_ids=y, padding_mask=mask)
+
+
+def _is_numeric_array(value):
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and getattr(dtype, "kind", "") in "iub" and hasattr(value, "shape")
 
 
 def fit_targets(x, y, sample_weight):

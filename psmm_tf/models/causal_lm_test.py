@@ -96,6 +96,15 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         ids = tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
         self.assertLen(model.fit(ids, epochs=1, verbose=0).history["loss"], 1)
 
+    def test_fit_names_ids_outside_the_vocabulary(self):
+        model = _task()
+        x, y = _ids(self.rng, 2, 5)
+        with self.assertRaisesRegex(ValueError, r"`target_ids` holds the id 22, outside"):
+            model.fit(x, np.where(y == y[0, 0], len(WORDS), y), verbose=0)
+        with self.assertRaisesRegex(ValueError, r"`token_ids` holds the id -1"):
+            model.evaluate({"token_ids": x - 10, "padding_mask": np.ones_like(x, bool)}, y,
+                           verbose=0)
+
     @parameterized.named_parameters(*TASKS)
     def test_predict_and_logits_are_the_mixture_log_probabilities(self, cls):
         model = _task(cls)
