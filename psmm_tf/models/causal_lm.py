@@ -61,9 +61,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             loss: "auto": `PointerSentinelLoss(pointer_weight)` averaged over the targets (the
                 mixture's negative log-likelihood, plus eq. 9's pointer term with
                 `pointer_weight` > 0; the softmax cross-entropy without a pointer). Any Keras
-                loss is given the
-                targets and the mixture's log-probabilities `(batch_size, T, V)` as logits
-                (e.g. `SparseCategoricalCrossentropy(from_logits=True)` is the mixture NLL).
+                loss is given the targets and the mixture's log-probabilities
+                `(batch_size, T, V)` as logits (e.g. `SparseCategoricalCrossentropy(
+                from_logits=True)` is the mixture NLL).
             weighted_metrics: "auto": perplexity and accuracy of the mixture; metrics are given
                 the mixture's log-probabilities, weighted by the padding mask.
             sampler: a keras-hub sampler or its name ("greedy", "top_k", "top_p", "random",
@@ -102,6 +102,12 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         if not self.compiled:
             self.compile()
 
+    def make_generate_function(self):
+        self._compile_if_needed()
+        return super().make_generate_function()
+
+    # --- fit / evaluate ---------------------------------------------------------------------
+
     def fit(self, x=None, y=None, *args, **kwargs):
         self._compile_if_needed()
         _check_id_arrays(self, x, y)
@@ -111,12 +117,6 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         self._compile_if_needed()
         _check_id_arrays(self, x, y)
         return super().evaluate(x, y, *args, **kwargs)
-
-    def make_generate_function(self):
-        self._compile_if_needed()
-        return super().make_generate_function()
-
-    # --- fit / evaluate ---------------------------------------------------------------------
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         targets, weights = fit_targets(x, y, sample_weight)
