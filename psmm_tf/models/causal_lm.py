@@ -207,18 +207,20 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
         Args:
             preset: a folder holding `model.keras` (a run folder of psmm-train, or a folder
-                written by `save_to_preset`); other handles go to keras-hub's loader.
+                written by `save_to_preset`) or a `.keras` file; other handles go to
+                keras-hub's loader.
             **kwargs: `compile` (bool) and keras-hub's options for other handles.
 
         Raises:
             ValueError: the folder holds no `model.keras`, or a model of another class.
         """
         path = os.fspath(preset)
-        model_file = os.path.join(path, MODEL_FILE)
-        if os.path.isdir(path) or os.path.isfile(model_file):
+        model_file = path if path.endswith(".keras") else os.path.join(path, MODEL_FILE)
+        if os.path.isdir(path) or path.endswith(".keras"):
             if not os.path.isfile(model_file):
                 raise ValueError(f"preset {path!r} holds no {MODEL_FILE}: expected a folder "
-                                 "written by save_to_preset or a psmm-train run folder.")
+                                 "written by save_to_preset, a psmm-train run folder or a "
+                                 ".keras file.")
             model = keras.saving.load_model(model_file)
             if not isinstance(model, cls):
                 raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "

@@ -174,7 +174,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         run = os.path.join(self.get_temp_dir(), "run")
         os.makedirs(run)
         model.save(os.path.join(run, "model.keras"))
-        for path in (preset, run):
+        for path in (preset, run, os.path.join(run, "model.keras")):
             loaded = PointerSentinelLM.from_preset(path)
             self.assertAllClose(loaded.score_text("w1 w2 w3")["log_probs"],
                                 model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
