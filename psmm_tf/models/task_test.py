@@ -115,7 +115,8 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
                     preprocessor["vocabulary"] = None
                     data = json.dumps(config)
                 elif name == "assets/preprocessor/tokenizer/vocabulary.txt":
-                    name = "assets/layers/language_model_preprocessor/vocabulary.txt"
+                    # The folder is named after the layer (a Keras auto-name in old files).
+                    name = f"assets/layers/{model.preprocessor.name}/vocabulary.txt"
                 target.writestr(name, data)
         loaded = keras.saving.load_model(old)
         self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
