@@ -233,7 +233,8 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
         if config_json is None:
             raise ValueError("--config is required with --checkpoint.")
         _check_config_matches_run(config_json, checkpoint)
-        model = build_model(ExperimentConfig.from_json(config_json).model)
+        config = ExperimentConfig.from_json(config_json)
+        model = build_model(config.model, dtype=config.train.mixed_precision)
         vocabulary = Vocabulary.load(vocab)
         model.set_vocabulary(vocabulary.tokens)
         restored = restore_checkpoint(model, checkpoint)

@@ -26,6 +26,8 @@ POINTER_MEMORY_MODES = ("recompute", "cache")
 JIT_COMPILE_MODES = ("auto", "on", "off")
 SOFTMAX_KINDS = ("full", "sampled", "cnn")
 OPTIMIZERS = ("sgd", "adam")
+# Keras dtype policies a run may train under: float32, or float32 variables with 16-bit compute.
+PRECISION_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 SPLITS = ("train", "valid", "test")
 
 
@@ -174,6 +176,11 @@ class TrainConfig:
     eval_length: int = 100
     # Seed of the run (initialisation, dropout, data offsets).
     seed: int = 0
+    # The Keras dtype policy of the model: "float32", or "mixed_bfloat16" / "mixed_float16"
+    # (variables float32; the LSTM, the heads, the carried state and memory in 16 bits; the
+    # mixture, the loss and the gate in float32), saved with model.keras; mixed_float16 adds
+    # dynamic loss scaling (docs/design_notes.md, "Mixed precision").
+    mixed_precision: str = "float32"
     # XLA compilation of the training and evaluation steps: "auto" (on where a GPU is present,
     # off on a CPU, where it is slower for these LSTMs: docs/results.md), "on" or "off".
     jit_compile: str = "auto"
@@ -192,6 +199,7 @@ class TrainConfig:
         _check_choice("pointer_memory", self.pointer_memory, POINTER_MEMORY_MODES)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("jit_compile", self.jit_compile, JIT_COMPILE_MODES)
+        _check_choice("mixed_precision", self.mixed_precision, PRECISION_POLICIES)
         for name in ("batch_size", "num_predicted", "patience", "max_epochs", "eval_batch_size",
                      "eval_length", "checkpoint_every_steps", "keep_checkpoints"):
             _check_positive_int(name, getattr(self, name))

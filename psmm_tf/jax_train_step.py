@@ -72,12 +72,14 @@ class JaxTrainStep:
         """The step's loss (sum over targets / B) and unclipped gradients, nothing updated.
 
         Returns:
-            `(loss, grads)`: a scalar and a list in `model.trainable_variables` order.
+            `(loss, grads)`: a scalar and a list in `model.trainable_variables` order (under
+            loss scaling, both times the current loss scale).
         """
         state, memory = self._carry(state, memory)
         (loss, _), grads = self._value_and_grad(
             [v.value for v in self.model.trainable_variables],
-            [v.value for v in self.model.non_trainable_variables], batch, state, memory)
+            [v.value for v in self.model.non_trainable_variables],
+            [v.value for v in self.optimizer.variables], batch, state, memory)
         return loss, grads
 
     def __call__(self, batch, state=None, memory=None):
@@ -101,7 +103,7 @@ class JaxTrainStep:
             memory = self.model.empty_memory(batch_size)
         return state, memory if self.use_memory else None
 
-    def _loss(self, trainable, non_trainable, batch, state, memory):
+    def _loss(self, trainable, non_trainable, optimizer_values, batch, state, memory):
         targets = batch["targets"]
         weights = ops.cast(batch["target_weights"], "float32")
         outputs, non_trainable = self.model.stateless_call(
@@ -111,20 +113,38 @@ class JaxTrainStep:
         objective, pointer_part, gate = per_target_losses(self.model, outputs, targets,
                                                           self.pointer_weight)
         sums = window_sums(objective, pointer_part, gate, weights)
-        # Sum over the window's targets, mean over the batch's streams (as TrainStep).
+        # Sum over the window's targets, mean over the batch's streams (as TrainStep), times
+        # the dynamic loss scale under mixed_float16 (read from the optimizer's values).
         loss = sums["loss"] / float(self.global_batch_size)
+        with keras.StatelessScope(state_mapping=list(zip(self.optimizer.variables,
+                                                         optimizer_values, strict=True))):
+            loss = self.optimizer.scale_loss(loss)
         new_memory = outputs["memory"] if self.use_memory else None
         return loss, (sums, non_trainable, outputs["state"], new_memory)
 
     def _pure_step(self, trainable, non_trainable, optimizer_values, batch, state, memory):
         (_, (sums, non_trainable, state, memory)), grads = self._value_and_grad(
-            trainable, non_trainable, batch, state, memory)
-        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
-                                          self.pointer_clip_norm)
+            trainable, non_trainable, optimizer_values, batch, state, memory)
+        # Scaled gradients are clipped at the scaled limits (as TrainStep); the optimizer
+        # unscales them, and skips the update where they are not finite.
+        scale = self._loss_scale(optimizer_values)
+        grads, grad_norm = clip_gradients(
+            grads, self.clip_norm * scale, self.pointer_indices,
+            None if self.pointer_clip_norm is None else self.pointer_clip_norm * scale)
+        grad_norm = grad_norm / scale
         trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
                                                                      trainable)
         metrics = dict(sums, grad_norm=grad_norm)
         return trainable, non_trainable, optimizer_values, metrics, state, memory
+
+
+    def _loss_scale(self, optimizer_values):
+        """The dynamic loss scale among `optimizer_values` (a LossScaleOptimizer's), else 1.0."""
+        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            return 1.0
+        index = next(i for i, v in enumerate(self.optimizer.variables)
+                     if v is self.optimizer.dynamic_scale)
+        return ops.cast(optimizer_values[index], "float32")
 
 
 def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None):

@@ -268,7 +268,7 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
 
     config = config if config is not None else load_config(workdir, error)
     vocabulary = vocabulary if vocabulary is not None else load_vocabulary(workdir, error)
-    model = build_model(config.model)
+    model = build_model(config.model, dtype=config.train.mixed_precision)
     model.set_vocabulary(vocabulary.tokens)
     try:
         path = checkpointing.restore_model_weights(model, str(workdir / CHECKPOINT_DIR))

@@ -119,6 +119,9 @@ CONFIG_FLAGS = (
     _F("seed", ("train.seed", "model.seed"), "Seed of initialisation, dropout and data offsets.",
        "seed"),
     _F("jit_compile", ("train.jit_compile",), "XLA: auto (on with a GPU, off on CPU), on, off."),
+    _F("mixed_precision", ("train.mixed_precision",), "Keras dtype policy: float32, or "
+       "mixed_bfloat16 / mixed_float16 (float32 variables, mixture and loss; 16-bit LSTM, "
+       "state and memory; mixed_float16 with dynamic loss scaling)."),
     _F("checkpoint_every_steps", ("train.checkpoint_every_steps",),
        "Steps between checkpoints.", "positive"),
     _F("max_eval_tokens", ("train.max_eval_tokens",),
@@ -140,7 +143,8 @@ _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS
             "data.valid_split": configs.SPLITS, "data.test_split": configs.SPLITS,
             "model.kind": configs.MODEL_KINDS, "model.softmax": configs.SOFTMAX_KINDS,
             "train.pointer_memory": configs.POINTER_MEMORY_MODES,
-            "train.optimizer": configs.OPTIMIZERS, "train.jit_compile": configs.JIT_COMPILE_MODES}
+            "train.optimizer": configs.OPTIMIZERS, "train.jit_compile": configs.JIT_COMPILE_MODES,
+            "train.mixed_precision": configs.PRECISION_POLICIES}
 
 
 _SECTIONS = {"model": configs.ModelConfig, "train": configs.TrainConfig,

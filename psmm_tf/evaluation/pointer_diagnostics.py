@@ -102,8 +102,7 @@ def _diagnostic_step(model, batch, state, memory, cache, thetas, window):
                     memory=memory, training=False)
     mask = batch["token_mask"]
     targets = tf.where(batch["target_weights"] > 0, batch["targets"], 0)
-    pointer = model.pointer
-    query = tf.tanh(tf.matmul(outputs["hidden"], pointer.query_kernel) + pointer.query_bias)
+    query = model.pointer.query(outputs["hidden"])
     keys = neural_cache.cache_keys(cache, outputs["hidden"], targets, mask)
     cache_prob, has_history = neural_cache.cache_target_probs(
         outputs["hidden"], keys, targets, thetas, window)

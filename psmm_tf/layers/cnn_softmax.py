@@ -75,13 +75,17 @@ class CNNSoftmax(keras.layers.Layer):
         self.char_embedding = keras.layers.Embedding(NUM_CHARACTER_IDS, char_embedding_dim,
                                                      name="char_embedding")
         # Attributes, not a list: TF's checkpoint does not see layers in Keras 3 lists.
+        policy = self.dtype_policy  # the sub-layers compute as this layer does
         for i, (width, count) in enumerate(self.filters):
             setattr(self, f"conv_{i}", keras.layers.Conv1D(count, width, activation="tanh",
-                                                           name=f"conv_{width}"))
+                                                           name=f"conv_{width}", dtype=policy))
         width = sum(count for _, count in self.filters)
-        self.highway_transform = keras.layers.Dense(width, activation="relu", name="highway")
-        self.highway_gate = keras.layers.Dense(width, activation="sigmoid", name="highway_gate")
-        self.projection = keras.layers.Dense(output_dim, use_bias=False, name="projection")
+        self.highway_transform = keras.layers.Dense(width, activation="relu", name="highway",
+                                                    dtype=policy)
+        self.highway_gate = keras.layers.Dense(width, activation="sigmoid",
+                                               name="highway_gate", dtype=policy)
+        self.projection = keras.layers.Dense(output_dim, use_bias=False, name="projection",
+                                             dtype=policy)
 
     @property
     def convolutions(self):

@@ -44,10 +44,11 @@ class InputOutputGate(keras.layers.Layer):
         self.embedding_dim = embedding_dim
         self.dropout = dropout
         self.seed = seed
-        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding")
+        self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding",
+                                                dtype=self.dtype_policy)
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.projection = keras.layers.Dense(
-            vocab_size, activation="sigmoid", name="projection",
+            vocab_size, activation="sigmoid", name="projection", dtype=self.dtype_policy,
             kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
             bias_initializer=keras.initializers.Constant(INITIAL_BIAS),
         )

@@ -148,10 +148,8 @@ class PointerSentinel(keras.layers.Layer):
         num_queries = ops.shape(hidden)[1]
         num_memory = ops.shape(keys)[1] - num_queries
 
-        # Paper eq. 4: q = tanh(W h_t + b). Scores in at least float32 (mixed precision).
-        score_dtype = "float64" if hidden.dtype == "float64" else "float32"
-        query = ops.tanh(ops.matmul(hidden, self.query_kernel) + self.query_bias)
-        query = ops.cast(query, score_dtype)
+        query = self.query(hidden)
+        score_dtype = query.dtype
         key_scores = ops.einsum("btd,bkd->btk", query, ops.cast(keys, score_dtype))
 
         allowed = window_band(num_queries, num_memory, self.window_size)  # [T, M + T]
@@ -160,6 +158,13 @@ class PointerSentinel(keras.layers.Layer):
         # -inf keeps the gradient of masked scores finite (zero).
         key_scores = ops.where(allowed, key_scores, ops.cast(-1e30, score_dtype))
         return query, key_scores, allowed
+
+    def query(self, hidden):
+        """Paper eq. 4: `q = tanh(W h_t + b)`, `(B, T, D)`, in at least float32 (the scores of
+        eq. 5 are taken in it under mixed precision)."""
+        score_dtype = "float64" if hidden.dtype == "float64" else "float32"
+        query = ops.tanh(ops.matmul(hidden, self.query_kernel) + self.query_bias)
+        return ops.cast(query, score_dtype)
 
     def _keys(self, hidden, memory, memory_mask):
         """Returns keys [B, M + T, D] and their validity [B, M + T]."""

@@ -29,8 +29,11 @@ _BASE_MODEL_FIELDS = ("vocab_size", "embedding_dim", "hidden_dim", "num_layers",
                       "softmax")
 
 
-def build_model(model_config, preprocessor=None):
+def build_model(model_config, preprocessor=None, dtype=None):
     """The language model a `psmm_tf.configs.ModelConfig` describes.
+
+    `dtype` (a Keras dtype policy such as `TrainConfig.mixed_precision`; None: the global
+    policy) is the policy of every layer of the model; the model saves and loads with it.
 
     `preprocessor` (a `LanguageModelPreprocessor`, optional) is saved with the model, so the
     `.keras` file scores strings (`score_text`) on its own.
@@ -61,6 +64,7 @@ def build_model(model_config, preprocessor=None):
         seed=model_config.seed,
         init_scale=model_config.init_scale,
         name="backbone",
+        dtype=dtype,
     )
     return cls(
         backbone,

@@ -30,6 +30,9 @@ class LSTMBackbone(keras_hub.models.Backbone):
             [-0.1, 0.1], Glorot kernels, orthogonal recurrent kernels, forget-gate bias 1). A
             value `s`: every weight uniform in `[-s, s]` and every bias 0 (Zaremba et al. 2014:
             0.1 small, 0.05 medium, 0.04 large); the tasks' vocabulary head follows it.
+        dtype: optional Keras dtype policy (e.g. "mixed_bfloat16"), of the backbone, every
+            layer in it and the task's head; None: the global policy. The carried state has
+            its compute dtype.
 
     Call arguments:
         token_ids: int `(batch_size, T)` in `[0, vocab_size)`: checked in eager calls, not
@@ -76,11 +79,14 @@ class LSTMBackbone(keras_hub.models.Backbone):
                 return default_init(seed=sub_seed(offset))
             return keras.initializers.RandomUniform(-init_scale, init_scale, seed=sub_seed(offset))
 
+        # Every layer computes under the backbone's policy, also when it is rebuilt from a
+        # config under another global policy.
+        policy = self.dtype_policy
         self.embedding = keras.layers.Embedding(
             vocab_size, embedding_dim,
             embeddings_initializer=uniform(
                 lambda seed: keras.initializers.RandomUniform(-0.1, 0.1, seed=seed), 0),
-            name="embedding",
+            name="embedding", dtype=policy,
         )
         # Each sub-layer is an attribute of its own: TensorFlow's checkpoints do not see layers
         # that Keras 3 keeps in a list, so a checkpoint would miss them and their RNG states.
@@ -90,11 +96,12 @@ class LSTMBackbone(keras_hub.models.Backbone):
                 kernel_initializer=uniform(keras.initializers.GlorotUniform, 20 + i),
                 recurrent_initializer=uniform(keras.initializers.Orthogonal, 30 + i),
                 unit_forget_bias=init_scale is None,
-                name=f"lstm_{i}",
+                name=f"lstm_{i}", dtype=policy,
             ))
             rate = input_dropout if i == 0 else hidden_dropout
             setattr(self, f"locked_dropout_{i}",
-                    LockedDropout(rate, seed=sub_seed(40 + i), name=f"locked_dropout_{i}"))
+                    LockedDropout(rate, seed=sub_seed(40 + i), name=f"locked_dropout_{i}",
+                                  dtype=policy))
 
     @property
     def token_embedding(self):

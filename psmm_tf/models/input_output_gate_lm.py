@@ -35,8 +35,9 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
         self.embedding_dim = embedding_dim
         self.dropout = dropout
         self.seed = seed
+        self.dtype_policy = base_model.dtype_policy  # the gate computes as the base model
         self.gate = InputOutputGate(base_model.vocab_size, embedding_dim, dropout, seed,
-                                    name="input_output_gate")
+                                    name="input_output_gate", dtype=base_model.dtype_policy)
         self.gate.build()
         self.built = True
 

@@ -213,10 +213,7 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
                  num_sampled=1024, max_word_length=24, seed=None, preprocessor=None,
                  pointer=None, compile=True, **kwargs):
         super().__init__(compile=False, **kwargs)
-        if isinstance(backbone, dict):
-            backbone = keras.saving.deserialize_keras_object(backbone)
-        if not isinstance(backbone, LSTMBackbone):
-            raise TypeError(f"backbone must be an LSTMBackbone, got {type(backbone).__name__}.")
+        backbone = as_backbone(backbone)
         if isinstance(preprocessor, dict):
             preprocessor = keras.saving.deserialize_keras_object(preprocessor)
         if softmax not in SOFTMAX_KINDS:
@@ -231,12 +228,17 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         self.max_word_length = max_word_length
         self.seed = seed
         self.preprocessor = preprocessor
+        # The head computes under the backbone's policy (keras-hub's tasks take theirs).
+        policy = backbone.dtype_policy
+        self.dtype_policy = policy
         self.softmax_dropout = LockedDropout(
             output_dropout, seed=None if seed is None else seed + 40 + backbone.num_layers,
-            name="output_dropout")
+            name="output_dropout", dtype=policy)
         self.vocab_head = _vocab_head(softmax, backbone.vocab_size, backbone.hidden_dim,
-                                      num_sampled, max_word_length, seed, backbone.init_scale)
+                                      num_sampled, max_word_length, seed, backbone.init_scale,
+                                      dtype=policy)
         if pointer is not None:
+            pointer.dtype_policy = policy  # a layer without sub-layers: set before it builds
             self.pointer = pointer
         self.build()
         if compile:
@@ -395,8 +397,21 @@ def _perplexity(log_likelihood, num_tokens):
         return np.exp(-log_likelihood / np.maximum(num_tokens, 1)).astype("float32")
 
 
+def as_backbone(backbone):
+    """`backbone` itself, or the `LSTMBackbone` its serialised config describes.
+
+    Raises:
+        TypeError: it is neither.
+    """
+    if isinstance(backbone, dict):
+        backbone = keras.saving.deserialize_keras_object(backbone)
+    if not isinstance(backbone, LSTMBackbone):
+        raise TypeError(f"backbone must be an LSTMBackbone, got {type(backbone).__name__}.")
+    return backbone
+
+
 def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, seed,
-                init_scale=None):
+                init_scale=None, dtype=None):
     """The output layer: logits `(B, T, V)` from hidden states `(B, T, D)`; its kernel Glorot,
     or uniform in `[-init_scale, init_scale]` (the backbone's `init_scale`)."""
     # The head takes a seed of its own: the embedding's (the same uniform draw, rescaled) would
@@ -406,11 +421,13 @@ def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, s
                    else keras.initializers.RandomUniform(-init_scale, init_scale, seed=head_seed))
     if softmax == "sampled":
         return SampledSoftmax(vocab_size, num_sampled=num_sampled, seed=seed,
-                              kernel_initializer=initializer, name="vocab_head")
+                              kernel_initializer=initializer, name="vocab_head", dtype=dtype)
     if softmax == "cnn":
         return CNNSoftmax(vocab_size, hidden_dim, num_sampled=num_sampled,
-                          max_word_length=max_word_length, seed=seed, name="vocab_head")
-    return keras.layers.Dense(vocab_size, kernel_initializer=initializer, name="vocab_head")
+                          max_word_length=max_word_length, seed=seed, name="vocab_head",
+                          dtype=dtype)
+    return keras.layers.Dense(vocab_size, kernel_initializer=initializer, name="vocab_head",
+                              dtype=dtype)
 
 
 def _last_keys_of_each_row(keys, token_mask, size):

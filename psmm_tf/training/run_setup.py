@@ -46,10 +46,16 @@ def resolve_jit_compile(mode):
 
 
 def make_optimizer(train_config):
-    """The Keras optimizer of `train_config` ("sgd" or "adam") at its initial learning rate."""
+    """The Keras optimizer of `train_config` ("sgd" or "adam") at its initial learning rate;
+    under mixed_float16 wrapped in a `LossScaleOptimizer` (dynamic loss scaling: float16
+    gradients of a loss summed over a window underflow or overflow without it)."""
     if train_config.optimizer == "adam":
-        return keras.optimizers.Adam(learning_rate=train_config.learning_rate)
-    return keras.optimizers.SGD(learning_rate=train_config.learning_rate)
+        optimizer = keras.optimizers.Adam(learning_rate=train_config.learning_rate)
+    else:
+        optimizer = keras.optimizers.SGD(learning_rate=train_config.learning_rate)
+    if train_config.mixed_precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
 
 
 def config_differences(old, new):

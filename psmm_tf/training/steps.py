@@ -17,6 +17,7 @@ the LSTM's is larger still, so under one joint norm a step either starves the qu
 (clip 1) or saturates the gate (clip 5); see docs/design_notes.md.
 """
 
+import keras
 import tensorflow as tf
 
 from psmm_tf.configs import TrainConfig
@@ -24,7 +25,7 @@ from psmm_tf.losses import per_target_losses, window_sums
 from psmm_tf.training import distribution
 
 METRIC_KEYS = ("loss", "nll", "pointer_loss", "gate", "weight")
-__all__ = ["METRIC_KEYS", "TrainStep", "clip_gradients", "per_target_losses",
+__all__ = ["METRIC_KEYS", "TrainStep", "clip_gradients", "loss_scale", "per_target_losses",
            "pointer_variable_indices"]
 
 
@@ -54,6 +55,13 @@ def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None)
         for i, g in zip(group, values, strict=True):
             clipped[i] = g
     return clipped, tf.sqrt(tf.add_n(squares))
+
+
+def loss_scale(optimizer):
+    """The dynamic loss scale of a `keras.optimizers.LossScaleOptimizer` (float32), else 1.0."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return tf.cast(optimizer.dynamic_scale, tf.float32)
+    return 1.0
 
 
 def pointer_variable_indices(model):
@@ -111,6 +119,9 @@ class TrainStep:
         self.pointer_clip_norm = pointer_clip_norm
         self.pointer_weight = pointer_weight
         self.pointer_indices = pointer_variable_indices(model)
+        if not optimizer.built:  # its variables (a loss scale's too) exist before the first step
+            with strategy.scope():
+                optimizer.build(model.trainable_variables)
         self._forward_backward = tf.function(self._gradients, jit_compile=jit_compile)
         self._step = tf.function(self._distributed_step)
 
@@ -154,8 +165,13 @@ class TrainStep:
                                                             pointer_share)
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
-        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
-                                          self.pointer_clip_norm)
+        # Under loss scaling the gradients are the loss scale s times the true ones: clipping at
+        # s times the limits, then the optimizer's unscaling, is clipping the true ones.
+        scale = loss_scale(self.optimizer)
+        grads, grad_norm = clip_gradients(
+            grads, self.clip_norm * scale, self.pointer_indices,
+            None if self.pointer_clip_norm is None else self.pointer_clip_norm * scale)
+        grad_norm = grad_norm / scale
         if replicas > 1:
             # The Keras optimizer sums gradients over replicas once more before applying them.
             grads = [g / replicas for g in grads]
@@ -174,7 +190,8 @@ class TrainStep:
             objective, pointer_part, gate = per_target_losses(
                 self.model, outputs, targets, self.pointer_weight, pointer_share=pointer_share)
             sums = window_sums(objective, pointer_part, gate, weights)
-            loss = sums["loss"] / normalizer
+            # Times the dynamic loss scale under mixed_float16 (LossScaleOptimizer), else as is.
+            loss = self.optimizer.scale_loss(sums["loss"] / normalizer)
         grads = tape.gradient(loss, self.model.trainable_variables)
         # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and scaling.
         grads = [tf.convert_to_tensor(g) for g in grads]

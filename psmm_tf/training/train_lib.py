@@ -58,7 +58,8 @@ class _Run:
         with strategy.scope():
             # The vocabulary travels in model.keras: `model.score_text` works after loading.
             self.model = build_model(
-                config.model, preprocessor=LanguageModelPreprocessor(corpus.vocabulary))
+                config.model, preprocessor=LanguageModelPreprocessor(corpus.vocabulary),
+                dtype=train.mixed_precision)
             self.model.set_vocabulary(corpus.vocabulary.tokens)
             if train.init_from is not None:  # fine-tuning (a checkpoint, if any, comes later)
                 self.model.set_weights(run_setup.load_init_model(train.init_from).get_weights())
