@@ -338,8 +338,11 @@ class ServingModule(tf.Module):
         scores = {"log_probs": log_probs, "gate": gate, "num_tokens": lengths,
                   "log_likelihood": log_likelihood,
                   "perplexity": tf.exp(-log_likelihood / tf.cast(lengths, tf.float32))}
+        # The state leaves in the signature's dtype (float32): a 16-bit model's state converts
+        # exactly and comes back unchanged (docs/serving.md).
         new_state.update({
-            "lstm_state": tf.stack([tf.stack(pair, axis=1) for pair in outputs["state"]], axis=1),
+            "lstm_state": tf.cast(tf.stack([tf.stack(pair, axis=1) for pair in outputs["state"]],
+                                           axis=1), state["lstm_state"].dtype),
             "last_id": tf.gather(token_ids, lengths - 1, batch_dims=1),
         })
         # The model keeps the last M keys of the padded window; a padded row needs the last M
