@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
+
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class ZoneoutLSTM(keras.layers.Layer):
@@ -98,20 +100,21 @@ class ZoneoutLSTM(keras.layers.Layer):
             keep_c = 1.0 - valid * (1.0 - keep_c)
         state = tuple(ops.cast(s, projected.dtype) for s in initial_state)
         index = -1 if state_index is None else state_index
-        if isinstance(num_steps, int) and keras.backend.backend() != "jax":
-            # A static length on TensorFlow: a Python loop, unrolled when traced. It is faster
-            # than a scan on TF and differentiable under XLA, which TF's while loop without a
-            # maximum iteration count (keras.ops.scan's) is not. JAX takes the scan below
-            # (`jax.lax.scan`, differentiable): XLA compiles it in seconds, where the unrolled
-            # loop of a 2x650 LSTM over 100 steps took minutes (docs/design_notes.md).
-            steps = zip(*(ops.unstack(x, axis=1) for x in (projected, keep_h, keep_c)),
-                        strict=True)
-            all_h, all_c = [], []
-            for step_inputs in steps:
-                state = self._step(state, step_inputs)
-                all_h.append(state[0])
-                all_c.append(state[1])
-            return ops.stack(all_h, axis=1), (all_h[index], all_c[index])
+        # Read (and, under a mixed policy, cast) once per call, not once per step.
+        recurrent_kernel = ops.cast(self.recurrent_kernel, projected.dtype)
+        if isinstance(num_steps, int) and keras.backend.backend() == "tensorflow":
+            # A static length on TensorFlow: the loop unrolled when traced, with a backward
+            # pass of its own (lstm_recurrence_tf). It is faster than a scan on TF and
+            # differentiable under XLA, which TF's while loop without a maximum iteration count
+            # (keras.ops.scan's) is not. JAX takes the scan below (`jax.lax.scan`,
+            # differentiable): XLA compiles it in seconds, where the unrolled loop of a 2x650
+            # LSTM over 100 steps took minutes (docs/design_notes.md).
+            from psmm_tf.layers.lstm_recurrence_tf import zoneout_recurrence
+
+            time_major = [ops.transpose(x, (1, 0, 2)) for x in (projected, keep_h, keep_c)]
+            all_h, h, c = zoneout_recurrence(*time_major, *state, recurrent_kernel,
+                                             index % num_steps)
+            return ops.transpose(all_h, (1, 0, 2)), (h, c)
         # JAX, or a length known only at run time (a TF graph traced for any length): a scan,
         # over one tensor (keras.ops.scan on TF fails on several sequences of unknown length).
         time_major = ops.transpose(ops.concatenate([projected, keep_h, keep_c], axis=-1),
@@ -121,25 +124,18 @@ class ZoneoutLSTM(keras.layers.Layer):
         def scan_step(state, step_inputs):
             step_inputs = (step_inputs[:, :4 * units], step_inputs[:, 4 * units:5 * units],
                            step_inputs[:, 5 * units:])
-            state = self._step(state, step_inputs)
+            state = self._step(state, step_inputs, recurrent_kernel)
             return state, state
 
         _, (all_h, all_c) = ops.scan(scan_step, state, time_major)
         return ops.transpose(all_h, (1, 0, 2)), (all_h[index], all_c[index])
 
-    def _step(self, state, step_inputs):
+    def _step(self, state, step_inputs, recurrent_kernel):
         """One step of the recurrence: the new `(h, c)` from the previous one."""
         h_prev, c_prev = state
         projected, keep_h, keep_c = step_inputs
-        gates = projected + ops.matmul(h_prev, self.recurrent_kernel)
-        i, f, g, o = ops.split(gates, 4, axis=-1)
-        c_new = ops.sigmoid(f) * c_prev + ops.sigmoid(i) * ops.tanh(g)
-        h_new = ops.sigmoid(o) * ops.tanh(c_new)
-        # Zoneout: keep the previous value with weight keep (0/1 in training, p at inference):
-        # keep * prev + (1 - keep) * new.
-        c = c_new + keep_c * (c_prev - c_new)
-        h = h_new + keep_h * (h_prev - h_new)
-        return h, c
+        _, c_new, h_new = lstm_cell(projected + ops.matmul(h_prev, recurrent_kernel), c_prev)
+        return zoneout(h_new, h_prev, keep_h), zoneout(c_new, c_prev, keep_c)
 
     def _zoneout_keep(self, batch_size, num_steps, training):
         """Per-unit weights of the previous state: `(B, T, H)` each for h and c."""

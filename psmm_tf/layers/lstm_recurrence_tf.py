@@ -1,0 +1,81 @@
+"""The LSTM recurrence with zoneout on TensorFlow, with a hand-written backward pass.
+
+TensorFlow's automatic gradient of an unrolled LSTM computes the recurrent kernel's gradient
+`h_{t-1}^T dz_t` as one small `(H, B) x (B, 4H)` product per step and adds the T results up,
+and, under a mixed policy, casts the kernel and each of those T gradients once per step. The
+backward pass here keeps what must be sequential (each step's `dz_t U^T`) and takes the
+kernel's gradient as one product over all steps, `H_prev^T dZ` (what cuDNN's LSTM does);
+`benchmarks/machine_limit.py` measures it (docs/results.md, "The machine's limit"). The
+numbers are those of the automatic gradient up to float rounding (`zoneout_lstm_test.py`).
+"""
+
+import tensorflow as tf
+
+from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
+
+
+def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, state_index):
+    """Runs the recurrence over time-major inputs.
+
+    Per step (gates i, f, g, o in Keras' order):
+    `z = x_t W + b + h_{t-1} U`, `c' = sig(f) c_{t-1} + sig(i) tanh(g)`, `h' = sig(o) tanh(c')`,
+    then zoneout `c_t = c' + k^c_t (c_{t-1} - c')`, `h_t = h' + k^h_t (h_{t-1} - h')`.
+
+    Args:
+        projected: `(T, B, 4H)`, `x_t W + b` of every step, in the compute dtype.
+        keep_h, keep_c: `(T, B, H)`, the zoneout weights of the previous state (no gradient).
+        h0, c0: `(B, H)`, the state before the first step.
+        recurrent_kernel: `(H, 4H)` `U`, in the compute dtype.
+        state_index: static int in `[0, T)`: the step whose state is returned.
+
+    Returns:
+        `(all_h, h, c)`: `(T, B, H)` the hidden state after every step, and the state after
+        step `state_index`.
+    """
+    steps = projected.shape[0]
+
+    @tf.custom_gradient
+    def recurrence(projected, h0, c0, kernel):
+        h, c = h0, c0
+        saved, all_h, all_c = [], [], []
+        for t in range(steps):
+            activations, c_new, h_new = lstm_cell(projected[t] + tf.matmul(h, kernel), c)
+            saved.append((h, c) + activations)
+            c = zoneout(c_new, c, keep_c[t])
+            h = zoneout(h_new, h, keep_h[t])
+            all_h.append(h)
+            all_c.append(c)
+        outputs = (tf.stack(all_h), all_h[state_index], all_c[state_index])
+
+        def backward(d_all_h, d_h_out, d_c_out):
+            d_all_h, d_h_out, d_c_out = (
+                tf.zeros_like(like) if d is None else d
+                for d, like in ((d_all_h, outputs[0]), (d_h_out, h0), (d_c_out, c0)))
+            dh = tf.zeros_like(h0)
+            dc = tf.zeros_like(c0)
+            dz_all = [None] * steps
+            for t in reversed(range(steps)):
+                h_prev, c_prev, i, f, g, o, tanh_c = saved[t]
+                dh = dh + d_all_h[t]
+                if t == state_index:
+                    dh, dc = dh + d_h_out, dc + d_c_out
+                # Zoneout: h_t = (1 - k) h' + k h_{t-1} (the same for c).
+                dh_new = (1 - keep_h[t]) * dh
+                dc_new = (1 - keep_c[t]) * dc + dh_new * o * (1 - tanh_c * tanh_c)
+                dz = tf.concat([dc_new * g * i * (1 - i), dc_new * c_prev * f * (1 - f),
+                                dc_new * i * (1 - g * g), dh_new * tanh_c * o * (1 - o)],
+                               axis=-1)
+                dz_all[t] = dz
+                dh = keep_h[t] * dh + tf.matmul(dz, kernel, transpose_b=True)
+                dc = keep_c[t] * dc + dc_new * f
+            d_projected = tf.stack(dz_all)
+            # dU = sum_t h_{t-1}^T dz_t, one product over all steps.
+            h_prev_all = tf.stack([s[0] for s in saved])
+            units = kernel.shape[0]
+            d_kernel = tf.matmul(tf.reshape(h_prev_all, [-1, units]),
+                                 tf.reshape(d_projected, [-1, 4 * units]), transpose_a=True)
+            return d_projected, dh, dc, d_kernel
+
+        return outputs, backward
+
+    return recurrence(projected, h0, c0, recurrent_kernel)

@@ -1,0 +1,71 @@
+"""The hand-written backward pass of the TensorFlow recurrence against TF's automatic gradient of
+the same recurrence written plainly, step by step."""
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from psmm_tf import testing
+from psmm_tf.layers.lstm_recurrence_tf import zoneout_recurrence
+
+T, B, H = 7, 3, 4
+
+
+def _plain_recurrence(projected, keep_h, keep_c, h, c, kernel, state_index):
+    """The recurrence of `zoneout_recurrence`'s docstring, for TF's own gradient."""
+    all_h, all_c = [], []
+    for t in range(T):
+        z = projected[t] + tf.matmul(h, kernel)
+        i, f, g, o = tf.split(z, 4, axis=-1)
+        c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        h_new = tf.sigmoid(o) * tf.tanh(c_new)
+        c = keep_c[t] * c + (1 - keep_c[t]) * c_new
+        h = keep_h[t] * h + (1 - keep_h[t]) * h_new
+        all_h.append(h)
+        all_c.append(c)
+    return tf.stack(all_h), all_h[state_index], all_c[state_index]
+
+
+class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(("training_masks_index_inside", "binary", 4),
+                                    ("inference_weights_last_index", "constant", T - 1))
+    def test_outputs_and_gradients_equal_automatic_differentiation(self, keep, state_index):
+        rng = np.random.default_rng(7)
+        projected = tf.constant(rng.normal(size=(T, B, 4 * H)), tf.float64)
+        kernel = tf.constant(rng.normal(size=(H, 4 * H)) * 0.5, tf.float64)
+        h0, c0 = (tf.constant(rng.normal(size=(B, H)), tf.float64) for _ in range(2))
+        if keep == "binary":  # training: each unit kept (1) or updated (0); one masked step
+            keep_h, keep_c = (rng.random((T, B, H)) < 0.3 for _ in range(2))
+            keep_h[2, 1], keep_c[2, 1] = True, True
+        else:  # inference: the expectation
+            keep_h = keep_c = np.full((T, B, H), 0.3)
+        keep_h, keep_c = (tf.constant(k, tf.float64) for k in (keep_h, keep_c))
+        # Random weights on every output, so each enters the backward pass.
+        weights = [tf.constant(rng.normal(size=shape), tf.float64)
+                   for shape in ((T, B, H), (B, H), (B, H))]
+        results = []
+        for function in (zoneout_recurrence, _plain_recurrence):
+            with tf.GradientTape() as tape:
+                tape.watch([projected, h0, c0, kernel])
+                outputs = function(projected, keep_h, keep_c, h0, c0, kernel, state_index)
+                loss = sum(tf.reduce_sum(w * o) for w, o in zip(weights, outputs, strict=True))
+            grads = tape.gradient(loss, [projected, h0, c0, kernel])
+            results.append([o.numpy() for o in outputs] + [g.numpy() for g in grads])
+        for got, want in zip(*results, strict=True):
+            self.assertAllClose(got, want, atol=1e-12, rtol=1e-10)
+
+    def test_unused_state_outputs_have_no_gradient_to_give(self):
+        # The layer's loss reads only `all_h` (TF passes None for the state outputs).
+        rng = np.random.default_rng(1)
+        projected = tf.constant(rng.normal(size=(T, B, 4 * H)), tf.float32)
+        kernel = tf.Variable(rng.normal(size=(H, 4 * H)).astype("float32"))
+        zeros = tf.zeros((B, H))
+        keep = tf.zeros((T, B, H))
+        with tf.GradientTape(persistent=True) as tape:
+            fused = tf.reduce_sum(zoneout_recurrence(projected, keep, keep, zeros, zeros,
+                                                     kernel, T - 1)[0])
+            plain = tf.reduce_sum(_plain_recurrence(projected, keep, keep, zeros, zeros, kernel,
+                                                    T - 1)[0])
+        self.assertAllClose(tape.gradient(fused, kernel), tape.gradient(plain, kernel),
+                            atol=1e-5)
