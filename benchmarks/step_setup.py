@@ -24,16 +24,17 @@ def random_batch(preset, vocab_size, rng):
             "target_weights": np.ones(shape, "float32")}
 
 
-def model_and_optimizer(preset, kind, vocab_size):
-    """The preset's model of `kind` (seed 0) and an SGD optimizer at its learning rate."""
-    import keras
-
+def model_and_optimizer(preset, kind, vocab_size, dtype=None):
+    """The preset's model of `kind` (seed 0, Keras dtype policy `dtype`) and psmm-train's
+    optimizer for it (SGD at the preset's learning rate; loss scaling under mixed_float16)."""
     from psmm_tf import configs
     from psmm_tf.models import build_model
+    from psmm_tf.training.run_setup import make_optimizer
 
     model = build_model(configs.dataclasses.replace(
-        preset.model, kind=kind, vocab_size=vocab_size, seed=0))
-    return model, keras.optimizers.SGD(preset.train.learning_rate)
+        preset.model, kind=kind, vocab_size=vocab_size, seed=0), dtype=dtype)
+    train = configs.dataclasses.replace(preset.train, mixed_precision=dtype or "float32")
+    return model, make_optimizer(train)
 
 
 def step_settings(preset, **changes):
