@@ -15,6 +15,8 @@ exactly). Rows:
   psmm_previous, lstm_previous
                    the 0.3 medium preset's regime and start (batch 32, BPTT 100, Keras'
                    initialisers), for the comparison in docs/results.md.
+  psmm_bf16, lstm_bf16
+                   psmm and lstm under the mixed_bfloat16 policy (--mixed_precision).
 
 Per epoch it reports each row's validation perplexity, its cumulative training seconds and the
 worst training step after step 20 (the exp of steps.jsonl's per-target loss); at the end, the
@@ -47,7 +49,8 @@ flags.DEFINE_enum("preset", "medium", sorted(configs.PRESETS), "Model and traini
 flags.DEFINE_enum("dataset", "ptb", ["ptb", "wikitext2", "wikitext103", "text"], "Corpus.")
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files.")
 flags.DEFINE_list("rows", ["psmm", "lstm"], "Rows, trained in this order each epoch: psmm, lstm, "
-                  "lstm_standard, psmm_no_pointer_warmup, psmm_previous, lstm_previous.")
+                  "lstm_standard, psmm_no_pointer_warmup, psmm_previous, lstm_previous, "
+                  "psmm_bf16, lstm_bf16.")
 flags.DEFINE_integer("epochs", 6, "Epochs of every row.", lower_bound=1)
 flags.DEFINE_integer("seed", 0, "Seed shared by all rows.")
 flags.DEFINE_integer("window_size", None, "The pointer's window L (default: the preset's).",
@@ -78,6 +81,8 @@ ROWS = {
     "psmm_no_pointer_warmup": ("psmm", {}, {"pointer_warmup_steps": 0}),
     "psmm_previous": ("psmm", PREVIOUS_MODEL, PREVIOUS_TRAIN),
     "lstm_previous": ("lstm", PREVIOUS_MODEL, PREVIOUS_TRAIN),
+    "psmm_bf16": ("psmm", {}, {"mixed_precision": "mixed_bfloat16"}),
+    "lstm_bf16": ("lstm", {}, {"mixed_precision": "mixed_bfloat16"}),
 }
 # Training steps this early are allowed above the vocabulary size (the targets' "first few").
 EARLY_STEPS = 20
