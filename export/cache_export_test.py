@@ -345,6 +345,8 @@ class CacheFlagsTest(tf.test.TestCase):
             (["--cache_window=0"], r"--cache_window must be an integer >= 1 .*got 0"),
             (["--cache_window=-3"], r"--cache_window must be an integer >= 1"),
             (["--cache_window=2.5"], r"--cache_window"),
+            (["--cache_window=5000000"],
+             r"--cache_window must be at most 100,000 .*got 5,000,000"),
             (["--cache_window=10", "--cache_theta=-1"],
              r"--cache_theta must be a finite number >= 0 .*got -1.0"),
             (["--cache_window=10", "--cache_theta=nan"], r"--cache_theta must be a finite"),

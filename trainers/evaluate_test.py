@@ -53,6 +53,8 @@ class EvaluateCommandTest(tf.test.TestCase):
         workdir = self.get_temp_dir()  # refused before the workdir is even read
         cases = [
             (["--cache_window=0"], "flag --cache_window=0: must be an integer >= 1"),
+            (["--cache_window=20000000"],
+             "--cache_window must be at most 100,000 (each stream holds the last"),
             (["--cache_window=5", "--cache_theta=-0.5"], "flag --cache_theta=-0.5: must be >= 0"),
             (["--cache_window=5", "--cache_lambda=1.5"],
              r"flag --cache_lambda=1.5: must be in [0, 1]"),

@@ -9,7 +9,11 @@ from pathlib import Path
 
 from psmm_tf import workdir as run_files
 from psmm_tf.evaluation import analysis, pointer_diagnostics, report
-from psmm_tf.evaluation.neural_cache import CacheSettings, format_cache_metrics
+from psmm_tf.evaluation.neural_cache import (
+    CacheSettings,
+    check_cache_settings,
+    format_cache_metrics,
+)
 from psmm_tf.evaluation.trained_run import RunLoadError
 
 # psmm-evaluate's neural cache options besides --cache_window, in the order errors name them.
@@ -87,6 +91,7 @@ def cache_option(cache_window, given=(), cache_theta=None, cache_lambda=None, ca
         if cache_lambda is not None:
             options["lam"] = cache_lambda
     try:
+        check_cache_settings(cache_window, names=("--cache_window",))  # named as the flag
         return CacheSettings(**options)
     except ValueError as err:  # e.g. an infinite theta, which the flags' own checks let by
         raise _flags_error(str(err)) from None

@@ -36,16 +36,28 @@ DEFAULT_THETAS = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 DEFAULT_LAMBDAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
 
 
+# The longest cache accepted: 10x the longest of Grave et al. (2017), 10,000 on WikiText-103.
+# A stream's cache is window x hidden floats (0.6 GB at 2x1500) and each position scores the
+# window's keys under every theta of a grid; without a bound a mistyped window asked for tens of
+# GB (psmm-evaluate) or a constant over 2 GB that no SavedModel can hold (psmm-export).
+MAX_CACHE_WINDOW = 100_000
+
+
 def check_cache_settings(window, thetas=(), lambdas=(), names=("window", "theta", "lambda")):
     """The one validation of a neural cache's settings (evaluation and export).
 
     Raises ValueError, naming the setting as `names` spells it (e.g. psmm-export's flags),
-    unless `window` is an integer >= 1, every theta a finite number >= 0 (an infinite theta
-    makes `exp(theta h_t . h_i)` overflow) and every lambda in [0, 1].
+    unless `window` is an integer in [1, MAX_CACHE_WINDOW], every theta a finite number >= 0
+    (an infinite theta makes `exp(theta h_t . h_i)` overflow) and every lambda in [0, 1].
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"{names[0]} must be an integer >= 1 (the number of previous hidden "
                          f"states in the cache), got {window!r}.")
+    if window > MAX_CACHE_WINDOW:
+        raise ValueError(
+            f"{names[0]} must be at most {MAX_CACHE_WINDOW:,} (each stream holds the last "
+            f"{names[0]} hidden states and every position scores them: memory grows with it), "
+            f"got {window:,}.")
     for theta in thetas:
         if (isinstance(theta, bool) or not isinstance(theta, (int, float))
                 or not math.isfinite(theta) or theta < 0):
