@@ -5,6 +5,7 @@ Every client has `predict(signature_name, inputs)` taking and returning dicts of
 `psmm_tf`: an exported model needs TensorFlow only (and `tensorflow-serving-api` for gRPC).
 """
 
+import http.client
 import json
 import os
 import threading
@@ -185,16 +186,24 @@ class RestClient:
         except (urllib.error.URLError, OSError) as err:  # refused, unknown host, timeout
             reason = getattr(err, "reason", err)
             raise ServingError(f"No answer from {self.endpoint}: {reason}") from None
+        except http.client.HTTPException as err:  # a bad status line, a reply cut short
+            raise ServingError(f"{self.endpoint} broke the HTTP exchange (not TF Serving, or "
+                               f"it failed mid-reply): {type(err).__name__}: "
+                               f"{str(err)[:200]}") from None
         try:
             reply = json.loads(data.decode("utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deep
             raise ServingError(f"{self.endpoint} answered something that is not JSON (not TF "
                                f"Serving?): {data[:200]!r}") from None
         outputs = reply.get("outputs") if isinstance(reply, dict) else None
         if not isinstance(outputs, dict):  # a single-output signature returns the bare value
             raise ServingError(f"Expected named outputs from {self.endpoint}, got {reply!r:.200}")
-        return {name: _decoded(np.asarray(value, dtype=object if _is_text(value) else None))
-                for name, value in outputs.items()}
+        try:
+            return {name: _decoded(np.asarray(value, dtype=object if _is_text(value) else None))
+                    for name, value in outputs.items()}
+        except (ValueError, TypeError) as err:  # ragged or mixed lists
+            raise ServingError(f"{self.endpoint} answered outputs that are not tensors (not "
+                               f"TF Serving?): {str(err)[:200]}") from None
 
 
 def _post(request, timeout):

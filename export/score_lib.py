@@ -30,15 +30,20 @@ def line_results(outputs, row, first_line, line_lengths=None):
     Raises:
         ServingError: the server returned another number of tokens than the lines hold.
     """
-    count = int(outputs["num_tokens"][row])
+    try:
+        count = int(outputs["num_tokens"][row])
+        tokens = list(outputs["tokens"][row][:count])
+        log_probs = np.asarray(outputs["log_probs"][row][:count], float)
+        gate = np.asarray(outputs["gate"][row][:count], float)
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise ServingError(f"The server's reply is not a psmm export's scores (row {row}: "
+                           f"{type(err).__name__}: {str(err)[:200]}); is it serving a psmm "
+                           "export?") from None
     line_lengths = [count] if line_lengths is None else list(line_lengths)
-    if sum(line_lengths) != count:
+    if sum(line_lengths) != count or not len(tokens) == len(log_probs) == len(gate) == count:
         raise ServingError(f"The server returned {count} tokens for lines that hold "
                            f"{sum(line_lengths)} (their words and an <eos> each): is it serving "
                            f"a psmm export?")
-    tokens = list(outputs["tokens"][row][:count])
-    log_probs = outputs["log_probs"][row][:count].astype(float)
-    gate = outputs["gate"][row][:count].astype(float)
     start = 0
     for line, length in enumerate(line_lengths, start=first_line):
         end = start + length
@@ -78,6 +83,10 @@ def score_document(client, lines, lines_per_request=64):
         # The final "\n" ends the last line, so a chunk is never empty and blank lines count.
         texts = np.array(["\n".join(chunk) + "\n"], dtype=object)
         outputs = client.predict("score_text_stream", {"texts": texts, **state})
+        missing = [name for name in names if name not in outputs]
+        if missing:
+            raise ServingError(f"The server's score_text_stream reply lacks the stream state "
+                               f"{missing}: is it serving a psmm export?")
         state = {name: outputs[name] for name in names}
         yield from line_results(outputs, 0, first + 1, [line_length(line) for line in chunk])
 

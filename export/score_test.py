@@ -135,6 +135,43 @@ class ScoreTest(tf.test.TestCase):
                 client.predict("score", {"token_ids": [[2, 3]], "lengths": [5]})
             client.close()
 
+    def test_malformed_rest_replies_are_one_clear_error(self):
+        def http_reply(body, status="200 OK", length=None):
+            length = len(body) if length is None else length
+            return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {length}\r\n\r\n").encode() + body
+
+        scores = {"tokens": [["the", "<eos>"]], "log_probs": [[-1.0, -2.0]],
+                  "gate": [[0.5, 0.5]], "num_tokens": [2]}
+        replies = {
+            "bad status line": (b"NONSENSE\r\n\r\n", "broke the HTTP exchange"),
+            "cut short": (http_reply(b'{"outputs": {', length=500), "broke the HTTP exchange"),
+            "nested too deep": (http_reply(b"[" * 300_000), "not JSON"),
+            "no num_tokens": (http_reply(json.dumps({"outputs": {
+                k: v for k, v in scores.items() if k != "num_tokens"}}).encode()),
+                "not a psmm export's scores"),
+            "no log_probs": (http_reply(json.dumps({"outputs": {
+                k: v for k, v in scores.items() if k != "log_probs"}}).encode()),
+                "not a psmm export's scores"),
+            "ragged": (http_reply(b'{"outputs": {"log_probs": [[1, 2], [3]]}}'),
+                       "not tensors"),
+        }
+        one_line = os.path.join(self.tmp, "one_line.txt")
+        with open(one_line, "w") as f:
+            f.write("the\n")
+        for name, (raw, message) in replies.items():
+            with self.subTest(reply=name), testing.RawHttpServer(raw) as server:
+                with self.assertRaisesRegex(ServingError, message):
+                    list(score.score_lib.score_independent(
+                        RestClient(server.url, "psmm", timeout=10), ["the"]))
+                out, err = io.StringIO(), io.StringIO()
+                with mock.patch("sys.stderr", err):
+                    status = score.main(["--rest", server.url, "--input", one_line,
+                                         "--independent"], out=out)
+                self.assertEqual(status, 1)
+                self.assertIn(message, err.getvalue())
+                self.assertNotIn("Traceback", err.getvalue())
+
     def test_errors_give_an_exit_status(self):
         empty = os.path.join(self.tmp, "empty.txt")
         open(empty, "w").close()

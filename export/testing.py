@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -184,6 +185,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class RawHttpServer:
+    """Answers every connection on 127.0.0.1 with the same raw bytes (a broken server), for at
+    most `max_requests` connections. Use as a context manager; `url` is its address."""
+
+    def __init__(self, reply, max_requests=8):
+        import socket
+
+        self.reply, self.max_requests = reply, max_requests
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.socket.settimeout(0.2)  # polls: a blocked accept would outlive close()
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        served = 0
+        deadline = time.monotonic() + 120  # bounded in time as in count
+        while served < self.max_requests and not self.stopped.is_set():
+            if time.monotonic() > deadline:
+                return
+            try:
+                connection, _ = self.socket.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            served += 1
+            with connection:
+                connection.settimeout(10)
+                try:
+                    connection.recv(1 << 16)  # the request (a small one)
+                    connection.sendall(self.reply)
+                except OSError:
+                    pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        self.thread.join(timeout=30)
+        self.socket.close()
 
 
 class RestServer:
