@@ -184,7 +184,13 @@ def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=No
             count += result["num_tokens"]
             write_result(result, format, out)
     except ServingError as err:
-        print(f"psmm-score: {err}", file=sys.stderr)
+        hint = ""
+        if "is too long: a request holds at most" in str(err):  # the export's max_tokens
+            hint = (f"\npsmm-score: a request held {lines_per_request} lines"
+                    + ("" if independent else " of the document") + "; give a smaller "
+                    "--lines_per_request (or a server exported with a larger "
+                    "--max_request_tokens).")
+        print(f"psmm-score: {err}{hint}", file=sys.stderr)
         return 1
     write_result({"total": {"num_tokens": count, "log_likelihood": total,
                             "perplexity": math.exp(-total / count)}}, format, out)

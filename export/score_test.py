@@ -172,6 +172,28 @@ class ScoreTest(tf.test.TestCase):
                 self.assertIn(message, err.getvalue())
                 self.assertNotIn("Traceback", err.getvalue())
 
+    def test_a_request_over_the_exports_limit_names_lines_per_request(self):
+        from psmm_tf.export.export_lib import export
+
+        model, vocabulary_file, _ = testing.shared_export()
+        base = os.path.join(self.tmp, "small_requests")
+        export(model, vocabulary_file, base, max_tokens=64)
+        text = os.path.join(self.tmp, "long_lines.txt")
+        with open(text, "w") as f:
+            f.write("".join(" ".join(["the cat sat"] * 6) + "\n" for _ in range(8)))
+        for extra in ([], ["--independent"]):
+            err = io.StringIO()
+            with mock.patch("sys.stderr", err):
+                status, _ = run_cli(["--model", base, "--input", text,
+                                     "--lines_per_request", "8"] + extra)
+            self.assertEqual(status, 1)
+            self.assertIn("is too long: a request holds at most 64 tokens", err.getvalue())
+            self.assertIn("a request held 8 lines", err.getvalue())
+            self.assertIn("give a smaller --lines_per_request", err.getvalue())
+            status, output = run_cli(["--model", base, "--input", text,
+                                      "--lines_per_request", "2"] + extra)
+            self.assertEqual(status, 0)
+
     def test_errors_give_an_exit_status(self):
         empty = os.path.join(self.tmp, "empty.txt")
         open(empty, "w").close()
