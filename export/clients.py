@@ -76,12 +76,19 @@ def resolve_export_dir(path, version=None):
                       if n.rstrip("/").isdigit())
     if not versions:
         raise FileNotFoundError(f"No saved_model.pb and no version folder in {path}.")
-    if version is None:
-        return os.path.join(path, str(versions[-1]))
-    if version not in versions:
+    complete = [v for v in versions
+                if tf.io.gfile.exists(os.path.join(path, str(v), "saved_model.pb"))]
+    chosen = versions[-1] if version is None else version
+    if chosen not in versions:
         raise FileNotFoundError(f"No version {version} in {path}; it holds versions "
                                 f"{', '.join(map(str, versions))}.")
-    return os.path.join(path, str(version))
+    if chosen not in complete:  # TF Serving would fail on it too: it is not skipped silently
+        others = (f"the complete versions are {', '.join(map(str, complete))} (--model_version)"
+                  if complete else "no version holds one")
+        raise FileNotFoundError(
+            f"{os.path.join(path, str(chosen))} is not an export: no saved_model.pb in it (an "
+            f"interrupted export, or a file?); {others}.")
+    return os.path.join(path, str(chosen))
 
 
 class LocalClient:

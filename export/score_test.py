@@ -194,6 +194,25 @@ class ScoreTest(tf.test.TestCase):
                                       "--lines_per_request", "2"] + extra)
             self.assertEqual(status, 0)
 
+    def test_a_version_folder_without_an_export_is_named(self):
+        base = os.path.join(self.tmp, "versions")
+        shutil.copytree(os.path.dirname(testing.shared_export()[2]), base)
+        (version,) = os.listdir(base)
+        cases = [(os.path.join(base, str(int(version) + 1)), "folder"),
+                 (os.path.join(base, str(int(version) + 2)), "file")]
+        for path, kind in cases:
+            os.mkdir(path) if kind == "folder" else open(path, "w").close()
+            err = io.StringIO()
+            with mock.patch("sys.stderr", err):
+                status, _ = run_cli(["--model", base, "--input", self.input])
+            self.assertEqual(status, 2)
+            self.assertIn(f"{path} is not an export: no saved_model.pb in it", err.getvalue())
+            self.assertIn(f"the complete versions are {version} (--model_version)",
+                          err.getvalue())
+            self.assertNotIn("Traceback", err.getvalue())
+        status, _ = run_cli(["--model", base, "--model_version", version, "--input", self.input])
+        self.assertEqual(status, 0)
+
     def test_errors_give_an_exit_status(self):
         empty = os.path.join(self.tmp, "empty.txt")
         open(empty, "w").close()
