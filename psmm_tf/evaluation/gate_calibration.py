@@ -10,7 +10,7 @@ by the mixture's negative log-likelihood
     -log(g' p_vocab(y) + (1 - g') r(y)),
 
 with the pointer's own distribution `r = sum_{i: x_i = y} a_i / (1 - g)` kept (eq. 3), on one
-exact pass over the held-out text, and set on the model (`PointerSentinelLM.gate_calibration`),
+exact pass over the held-out text, and set on the model (`PointerSentinelLM.set_gate_calibration`),
 which keeps them in its config (`.keras`, SavedModel exports). Only the mixing weight changes;
 the attention's shape over the window, the softmax and every weight stay as trained.
 """
