@@ -119,7 +119,7 @@ class CacheExportTest(psmm_testing.TestCase):
                          (WINDOW, THETA, LAMBDA))
         self.assertIn(f"neural cache: window={WINDOW} theta={THETA} lambda={LAMBDA}",
                       self.stdout)
-        self.assertIn("cache_hidden   (batch, cache_window, hidden) float32", self.stdout)
+        self.assertIn("cache_hidden   [batch_size, cache_window, hidden_dim] float32", self.stdout)
         for name in ("score_stream", "score_text_stream"):
             _, specs = self.signatures[name].structured_input_signature
             self.assertContainsSubset(STATE_NAMES + CACHE_STATE_NAMES, set(specs))

@@ -42,22 +42,6 @@ DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # Neu
 # The run's config inside an export (`assets.extra/`), as the run's own file is named.
 EXPORT_CONFIG_FILE = run_files.CONFIG_FILE
 
-INPUT_SHAPES = {
-    "texts": "(batch,) string",
-    "token_ids": "(batch, time) int32",
-    "lengths": "(batch,) int32",
-    "lstm_state": "(batch, num_layers, 2, hidden) float32",
-    "memory_hidden": "(batch, window_size - 1, hidden) float32",
-    "memory_ids": "(batch, window_size - 1) int32",
-    "memory_mask": "(batch, window_size - 1) bool",
-    "last_id": "(batch,) int32",
-    "stream_ids": "(batch,) int32",
-    "k": "(batch,) int32",
-    "cache_hidden": "(batch, cache_window, hidden) float32",
-    "cache_ids": "(batch, cache_window) int32",
-    "cache_mask": "(batch, cache_window) bool",
-}
-
 
 def cache_settings(window=None, theta=None, lam=None):
     """The `CacheSettings` of the `--cache_*` flags, or None without `--cache_window`.
@@ -364,8 +348,10 @@ def describe_signatures(export_dir):
         lines.append(f"signature {name!r} ({signature.method_name}):")
         for kind, tensors in (("input", signature.inputs), ("output", signature.outputs)):
             for key, info in sorted(tensors.items()):
-                if kind == "input":
-                    shape = INPUT_SHAPES.get(key, "?") + ", any rank accepted and checked"
+                if kind == "input":  # the signature accepts any shape; the model checks it
+                    rank_shape = serving_module.INPUT_RANKS.get(key, (None, "?"))[1]
+                    shape = (f"{rank_shape} {tf.dtypes.as_dtype(info.dtype).name}, any rank "
+                             "accepted and checked")
                 else:
                     dims = [d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
                     shape = f"{tuple(dims)} {tf.dtypes.as_dtype(info.dtype).name}"
