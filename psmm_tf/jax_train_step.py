@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from psmm_tf.configs import TrainConfig
+from psmm_tf.gradients import clip_gradients, pointer_variable_indices
 from psmm_tf.losses import per_target_losses, window_sums
 
 
@@ -60,10 +61,7 @@ class JaxTrainStep:
         self.clip_norm = clip_norm
         self.pointer_clip_norm = pointer_clip_norm
         self.pointer_weight = pointer_weight
-        pointer = getattr(model, "pointer", None)
-        pointer_ids = {id(v) for v in pointer.trainable_variables} if pointer else set()
-        self.pointer_indices = tuple(i for i, v in enumerate(model.trainable_variables)
-                                     if id(v) in pointer_ids)
+        self.pointer_indices = pointer_variable_indices(model)
         optimizer.build(model.trainable_variables)
         self._value_and_grad = jax.value_and_grad(self._loss, has_aux=True)
         self._step = jax.jit(self._pure_step)
@@ -146,25 +144,3 @@ class JaxTrainStep:
                      if v is self.optimizer.dynamic_scale)
         return ops.cast(optimizer_values[index], "float32")
 
-
-def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None):
-    """`tf.clip_by_global_norm` in `keras.ops`, per group as `steps.clip_gradients`.
-
-    Returns:
-        `(clipped, norm)`: the clipped list and the global norm of all of `grads`.
-    """
-    groups = [(list(range(len(grads))), clip_norm)]
-    if pointer_clip_norm is not None and pointer_indices:
-        pointer = sorted(pointer_indices)
-        rest = [i for i in range(len(grads)) if i not in set(pointer)]
-        groups = [(rest, clip_norm), (pointer, pointer_clip_norm)]
-    clipped, squares = list(grads), []
-    for group, limit in groups:
-        square = sum(ops.sum(ops.square(grads[i])) for i in group)
-        squares.append(square)
-        norm = ops.sqrt(square)
-        # TensorFlow's rule: t * limit / max(norm, limit).
-        scale = limit / ops.maximum(norm, limit)
-        for i in group:
-            clipped[i] = grads[i] * scale
-    return clipped, ops.sqrt(sum(squares))

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from psmm_tf.configs import TrainConfig
+from psmm_tf.gradients import clip_gradients, pointer_variable_indices
 from psmm_tf.losses import per_target_losses, window_sums
 from psmm_tf.training import distribution
 
@@ -29,48 +30,11 @@ __all__ = ["METRIC_KEYS", "TrainStep", "clip_gradients", "loss_scale", "per_targ
            "pointer_variable_indices"]
 
 
-def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None):
-    """Clips `grads` by their global norm, the pointer's group by its own norm if asked.
-
-    Args:
-        grads: list of dense gradient tensors.
-        clip_norm: float. Limit of the global norm of all gradients, or, with
-            `pointer_clip_norm`, of those not in `pointer_indices`.
-        pointer_indices: indices into `grads` of the pointer's variables.
-        pointer_clip_norm: optional float. Limit of the pointer group's own global norm.
-
-    Returns:
-        `(clipped, norm)`: the clipped list and the global norm of all of `grads` before
-        clipping.
-    """
-    if pointer_clip_norm is None or not pointer_indices:
-        return tf.clip_by_global_norm(grads, clip_norm)
-    pointer = set(pointer_indices)
-    rest = [i for i in range(len(grads)) if i not in pointer]
-    clipped, squares = list(grads), []
-    for group, limit in ((rest, clip_norm), (sorted(pointer), pointer_clip_norm)):
-        group_norm = tf.linalg.global_norm([grads[i] for i in group])
-        squares.append(tf.square(group_norm))
-        values, _ = tf.clip_by_global_norm([grads[i] for i in group], limit, use_norm=group_norm)
-        for i, g in zip(group, values, strict=True):
-            clipped[i] = g
-    return clipped, tf.sqrt(tf.add_n(squares))
-
-
 def loss_scale(optimizer):
     """The dynamic loss scale of a `keras.optimizers.LossScaleOptimizer` (float32), else 1.0."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return tf.cast(optimizer.dynamic_scale, tf.float32)
     return 1.0
-
-
-def pointer_variable_indices(model):
-    """Indices into `model.trainable_variables` of its pointer head's variables (or ())."""
-    pointer = getattr(model, "pointer", None)
-    if pointer is None:
-        return ()
-    ids = {id(v) for v in pointer.trainable_variables}
-    return tuple(i for i, v in enumerate(model.trainable_variables) if id(v) in ids)
 
 
 class TrainStep:
