@@ -70,9 +70,6 @@ def with_cache(model, settings):
     return NeuralCache(model, window=settings.window, theta=settings.theta, lam=settings.lam)
 
 
-# What reading a truncated or corrupted checkpoint raises (as `checkpointing.restore_latest`).
-_DAMAGED = (tf.errors.OpError, IndexError, ValueError)
-
 
 def restore_checkpoint(model, checkpoint):
     """Restores `model` (key `model`) from a checkpoint prefix, or a folder's latest one.
@@ -95,24 +92,14 @@ def restore_checkpoint(model, checkpoint):
         raise FileNotFoundError(
             f"--checkpoint={checkpoint}: no {checkpoint}.index; expected a checkpoint prefix "
             f"such as <workdir>/checkpoints/ckpt-12, or a folder of checkpoints.")
-    failures = []
-    for path in paths:
-        try:
-            status = tf.train.Checkpoint(model=model).restore(path).expect_partial()
-        except _DAMAGED as err:
-            lines = str(err).strip().splitlines()
-            reason = f"{type(err).__name__}: {lines[0] if lines else ''}"
-            failures.append(f"{path}: {reason}")
-            logging.warning("Checkpoint %s cannot be read (%s); trying the one before it, if "
-                            "any.", path, reason)
-            continue
-        try:
-            status.assert_existing_objects_matched()
-        except AssertionError as err:
-            raise ValueError(
-                f"Checkpoint {path} does not hold the model the config describes (another "
-                f"model kind or size: {str(err).splitlines()[0][:200]}); give the --config of "
-                f"the run that wrote it.") from None
+    try:
+        path, failures = checkpointing.restore_first_readable(
+            tf.train.Checkpoint(model=model), paths, partial=True)
+    except AssertionError as err:
+        raise ValueError(
+            f"Checkpoint {str(err)[:300]}: it does not hold the model the config describes "
+            f"(another model kind or size); give the --config of the run that wrote it.") from None
+    if path is not None:
         if failures:
             logging.warning("Exporting the older checkpoint %s.", path)
         return path

@@ -202,6 +202,47 @@ def checkpoint_paths(directory):
 _DAMAGED = (tf.errors.OpError, IndexError, ValueError)
 
 
+def restore_first_readable(checkpoint, paths, partial=False, require_match=True):
+    """Restores the first of `paths` that can be read into `checkpoint`: the one loop that
+    skips damaged checkpoints (training's resume, psmm-export, `load_model(..., "latest")`).
+
+    A checkpoint that cannot be read (truncated, corrupted, a shard missing) is skipped for the
+    next one, with a logged warning naming its files.
+
+    Args:
+        checkpoint: `tf.train.Checkpoint`.
+        paths: checkpoint prefixes (`.../ckpt-N`), the preferred first.
+        partial: bool. The file may hold objects `checkpoint` does not (e.g. the optimizer's).
+        require_match: bool. Every object of `checkpoint` must be in the file: a checkpoint of
+            another model raises AssertionError (it is not skipped).
+
+    Returns:
+        `(path, failures)`: the prefix restored (None if none could be read) and a
+        "path: reason" string per damaged one.
+    """
+    failures = []
+    for path in paths:
+        try:
+            status = checkpoint.restore(path)
+        except _DAMAGED as err:
+            lines = str(err).strip().splitlines()
+            reason = f"{type(err).__name__}: {lines[0] if lines else ''}"
+            logging.warning("Checkpoint %s cannot be read (%s; files %s.index, %s.data-*); "
+                            "falling back to the one before it, if any.", path, reason, path,
+                            path)
+            failures.append(f"{path}: {reason}")
+            continue
+        if partial:
+            status.expect_partial()
+        if require_match:
+            try:
+                status.assert_existing_objects_matched()
+            except AssertionError as err:  # named: the caller may have tried several
+                raise AssertionError(f"{path}: {str(err).splitlines()[0][:200]}") from None
+        return path, failures
+    return None, failures
+
+
 def restore_latest(checkpoint, directory, partial=False):
     """Restores the newest readable checkpoint of `directory` into `checkpoint`.
 
@@ -222,23 +263,9 @@ def restore_latest(checkpoint, directory, partial=False):
         CheckpointRestoreError: every checkpoint is damaged (the message names each one).
         AssertionError: the checkpoint holds another model's objects.
     """
-    paths = checkpoint_paths(directory)
-    failures = []
-    for path in paths:
-        try:
-            status = checkpoint.restore(path)
-        except _DAMAGED as err:
-            lines = str(err).strip().splitlines()
-            reason = f"{type(err).__name__}: {lines[0] if lines else ''}"
-            logging.warning("Checkpoint %s (files %s.index, %s.data-*) cannot be read (%s); "
-                            "falling back to the one before it, if any.", path, path, path,
-                            reason)
-            failures.append(f"{path}: {reason}")
-            continue
-        if partial:
-            status.expect_partial()
-        else:
-            status.assert_existing_objects_matched()
+    path, failures = restore_first_readable(checkpoint, checkpoint_paths(directory),
+                                            partial=partial, require_match=not partial)
+    if path is not None:
         return path
     if failures:
         raise CheckpointRestoreError(
