@@ -24,14 +24,10 @@ import step_setup
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("preset", "medium", "Model preset.")
-flags.DEFINE_integer("batch_size", None, "Rows of the step's batch (default: the preset's).",
-                     lower_bound=1)
-flags.DEFINE_integer("bptt", None, "Targets per row (default: the preset's num_predicted).",
-                     lower_bound=1)
+step_setup.define_shape_flags()
+flags.adopt_module_key_flags(step_setup)  # listed in --help
 flags.DEFINE_integer("rounds", 5, "Timed steps per model in a child (after 2 warm-up steps).")
 flags.DEFINE_integer("repeats", 2, "Children per backend, alternated.")
-flags.DEFINE_integer("vocab_size", 10000, "Vocabulary size (PTB: 10,000).")
 flags.DEFINE_list("modes", ["tensorflow", "tensorflow_xla", "jax"], "Backends (and XLA modes).")
 flags.DEFINE_string("child", None, "Internal: the mode this child measures.")
 

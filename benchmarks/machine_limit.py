@@ -28,14 +28,10 @@ import tensorflow as tf
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("preset", "medium", "Model preset.")
-flags.DEFINE_integer("batch_size", None, "Rows of the step's batch (default: the preset's).",
-                     lower_bound=1)
-flags.DEFINE_integer("bptt", None, "Targets per row (default: the preset's num_predicted).",
-                     lower_bound=1)
+step_setup.define_shape_flags()
+flags.adopt_module_key_flags(step_setup)  # listed in --help
 flags.DEFINE_integer("rounds", 10, "Timed steps per row (after two warm-up steps).",
                      lower_bound=1)
-flags.DEFINE_integer("vocab_size", 10000, "Vocabulary size (PTB: 10,000).", lower_bound=2)
 flags.DEFINE_list("policies", ["float32", "mixed_bfloat16"], "Keras dtype policies.")
 flags.DEFINE_list("rows", ["stock_keras", "lstm", "psmm", "matmuls"], "Rows per policy.")
 

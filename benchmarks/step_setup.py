@@ -6,6 +6,18 @@ import time
 import numpy as np
 
 
+def define_shape_flags():
+    """The flags every step benchmark takes: --preset, --batch_size, --bptt, --vocab_size."""
+    from absl import flags
+
+    flags.DEFINE_string("preset", "medium", "Model preset.")
+    flags.DEFINE_integer("batch_size", None, "Rows of the step's batch (default: the preset's).",
+                         lower_bound=1)
+    flags.DEFINE_integer("bptt", None, "Targets per row (default: the preset's num_predicted).",
+                         lower_bound=1)
+    flags.DEFINE_integer("vocab_size", 10000, "Vocabulary size (PTB: 10,000).", lower_bound=2)
+
+
 def shaped_preset(name, batch_size=None, bptt=None):
     """The preset `name` with its training batch set to `batch_size` x `bptt` where given."""
     from psmm_tf import configs
