@@ -11,6 +11,7 @@ The binary is `psmm_tf.export.export_saved_model` (psmm-export).
 """
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -234,7 +235,13 @@ def _run_folder(workdir, keras_model, checkpoint):
 def _workdir_source(workdir, model_source, config_json):
     """`(keras_model, checkpoint)` of a workdir's `model_source`."""
     if model_source == "latest":
-        return None, os.path.join(workdir, run_files.CHECKPOINT_DIR)
+        checkpoints = os.path.join(workdir, run_files.CHECKPOINT_DIR)
+        if not os.path.isdir(checkpoints):  # named as the run's folder: no --checkpoint given
+            what = "is not a folder" if os.path.lexists(checkpoints) else "does not exist"
+            raise FileNotFoundError(
+                f"{checkpoints} {what}: --model_source=latest exports the newest checkpoint of "
+                f"the run's checkpoint folder; use --model_source=best for its model.keras.")
+        return None, checkpoints
     path = os.path.join(workdir, run_files.MODEL_FILE)
     if not os.path.isfile(path):
         gate = json.loads(config_json).get("model", {}).get("base_model")
@@ -274,8 +281,13 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
 
     Raises:
         FileExistsError: if the version exists.
+        FileNotFoundError: `export_base` is a symbolic link that leads nowhere.
         ValueError: a version < 1.
     """
+    if os.path.islink(export_base) and not os.path.exists(export_base):
+        raise FileNotFoundError(errno.ENOENT, "a symbolic link that leads nowhere (a loop, or "
+                                "its target is missing); expected the folder of the versions",
+                                export_base)
     version = next_version(export_base) if version is None else int(version)
     if not 1 <= version < 2**63:
         raise ValueError(f"version must be an integer in [1, 2**63) (TF Serving's int64 "

@@ -1067,7 +1067,18 @@ class ExportSweepTest(_TrainedRunTestCase):
         (taken / "1").mkdir(parents=True, exist_ok=True)
         (taken / "1" / "saved_model.pb").write_bytes(b"someone's export")
         checkpoint = ["--checkpoint=" + str(run / "checkpoints"), f"--vocab={run / 'vocab.txt'}"]
+        loop = root / "loop"
+        loop.symlink_to(loop)  # a symbolic link to itself
+        no_checkpoints = self.copy_run("export_checkpoints_a_file")
+        shutil.rmtree(no_checkpoints / "checkpoints")
+        (no_checkpoints / "checkpoints").write_text("not a folder\n")
         for argv, base, message in [
+            ([f"--workdir={run}"], loop,
+             r"--export_base=.*loop: a symbolic link that leads nowhere \(a loop, or its target "
+             r"is missing\)"),
+            ([f"--workdir={no_checkpoints}", "--model_source=latest"], root / "b3",
+             r"export_checkpoints_a_file/checkpoints is not a folder: --model_source=latest "
+             r"exports the newest checkpoint"),
             ([*checkpoint, f"--config={lstm_config}"], root / "b1",
              r"--config does not describe the model of the checkpoint's run .*export_sources/"
              r"config.json \(model.kind: 'psmm' in the run, 'lstm' in --config\)"),
