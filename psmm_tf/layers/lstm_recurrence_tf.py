@@ -6,7 +6,7 @@ and, under a mixed policy, casts the kernel and each of those T gradients once p
 backward pass here keeps what must be sequential (each step's `dz_t U^T`) and takes the
 kernel's gradient as one product over all steps, `H_prev^T dZ` (what cuDNN's LSTM does);
 `benchmarks/machine_limit.py` measures it (docs/results.md, "The machine's limit"). The
-numbers are those of the automatic gradient up to float rounding (`zoneout_lstm_test.py`).
+numbers are those of the automatic gradient up to float rounding (`lstm_recurrence_tf_test.py`).
 """
 
 import tensorflow as tf
