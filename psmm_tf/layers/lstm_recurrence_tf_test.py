@@ -26,6 +26,7 @@ def _plain_recurrence(projected, keep_h, keep_c, h, c, kernel, state_index):
     return tf.stack(all_h), all_h[state_index], all_c[state_index]
 
 
+@testing.skip_unless_tensorflow("the TensorFlow recurrence and its backward pass")
 class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(("training_masks_index_inside", "binary", 4),
