@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -192,8 +193,6 @@ class RawHttpServer:
     most `max_requests` connections. Use as a context manager; `url` is its address."""
 
     def __init__(self, reply, max_requests=8):
-        import socket
-
         self.reply, self.max_requests = reply, max_requests
         self.socket = socket.create_server(("127.0.0.1", 0))
         self.socket.settimeout(0.2)  # polls: a blocked accept would outlive close()
@@ -217,8 +216,11 @@ class RawHttpServer:
             with connection:
                 connection.settimeout(10)
                 try:
-                    connection.recv(1 << 16)  # the request (a small one)
+                    _read_request(connection)  # all of it: unread bytes would reset the close
                     connection.sendall(self.reply)
+                    connection.shutdown(socket.SHUT_WR)
+                    while connection.recv(1 << 16):  # until the client closes
+                        pass
                 except OSError:
                     pass
 
@@ -230,6 +232,27 @@ class RawHttpServer:
         self.stopped.set()
         self.thread.join(timeout=30)
         self.socket.close()
+
+
+def _read_request(connection):
+    """Reads one HTTP request (headers, then Content-Length bytes of body) from `connection`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(1 << 16)
+        if not chunk:
+            return
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = connection.recv(1 << 16)
+        if not chunk:
+            return
+        body += chunk
 
 
 class RestServer:
