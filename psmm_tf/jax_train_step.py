@@ -125,11 +125,9 @@ class JaxTrainStep:
             trainable, non_trainable, optimizer_values, batch, state, memory)
         # Scaled gradients are clipped at the scaled limits (as TrainStep); the optimizer
         # unscales them, and skips the update where they are not finite.
-        scale = self._loss_scale(optimizer_values)
-        grads, grad_norm = clip_gradients(
-            grads, self.clip_norm * scale, self.pointer_indices,
-            None if self.pointer_clip_norm is None else self.pointer_clip_norm * scale)
-        grad_norm = grad_norm / scale
+        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
+                                          self.pointer_clip_norm,
+                                          self._loss_scale(optimizer_values))
         trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
                                                                      trainable)
         metrics = dict(sums, grad_norm=grad_norm)

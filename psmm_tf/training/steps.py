@@ -129,13 +129,9 @@ class TrainStep:
                                                             pointer_share)
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
-        # Under loss scaling the gradients are the loss scale s times the true ones: clipping at
-        # s times the limits, then the optimizer's unscaling, is clipping the true ones.
-        scale = loss_scale(self.optimizer)
-        grads, grad_norm = clip_gradients(
-            grads, self.clip_norm * scale, self.pointer_indices,
-            None if self.pointer_clip_norm is None else self.pointer_clip_norm * scale)
-        grad_norm = grad_norm / scale
+        # Under loss scaling the optimizer unscales the clipped gradients.
+        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
+                                          self.pointer_clip_norm, loss_scale(self.optimizer))
         if replicas > 1:
             # The Keras optimizer sums gradients over replicas once more before applying them.
             grads = [g / replicas for g in grads]
