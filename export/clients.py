@@ -21,6 +21,11 @@ class ServingError(RuntimeError):
     """The model rejected a request (bad input) or the server failed; the message says why."""
 
 
+class ExportLoadError(RuntimeError):
+    """An export folder that `tf.saved_model.load` cannot load (a cut `saved_model.pb`, missing
+    variables); the message names the folder."""
+
+
 # The dtype of every signature input, by name (`serving_module`'s, the same in each signature).
 # A signature called with another dtype fails in TensorFlow before the model's own checks, with
 # a message naming the input by position only ("input #1 (zero-based) was expected to be a
@@ -101,7 +106,13 @@ class LocalClient:
 
     def __init__(self, path, version=None):
         self.export_dir = resolve_export_dir(path, version)
-        self.model = tf.saved_model.load(self.export_dir)
+        try:
+            self.model = tf.saved_model.load(self.export_dir)
+        except (OSError, ValueError, tf.errors.OpError) as err:  # OSError: a cut saved_model.pb
+            detail = getattr(err, "message", None) or str(err)
+            raise ExportLoadError(
+                f"{self.export_dir} cannot be loaded as a SavedModel (damaged or incomplete: "
+                f"{detail.splitlines()[0]}); export it again.") from None
 
     def input_dtypes(self, signature_name):
         """`{input name: tf.DType}` of a signature."""

@@ -4,17 +4,33 @@
 names); the clients (in-process, REST, gRPC) are `psmm_tf.export.clients`'.
 """
 
+import itertools
 import json
 import math
 import sys
 
 import numpy as np
 
-from psmm_tf.export.clients import GrpcClient, LocalClient, RestClient, ServingError
+from psmm_tf.export.clients import (
+    ExportLoadError,
+    GrpcClient,
+    LocalClient,
+    RestClient,
+    ServingError,
+)
 
 # psmm-score's options, as `run` takes them.
 OPTIONS = ("model", "rest", "grpc", "model_name", "model_version", "input", "format",
            "independent", "lines_per_request", "timeout")
+
+# The longest input line read (bytes, its "\n" excluded). A line is sent whole in one request,
+# and no export takes a request near this size (20,000 tokens by default), so a longer "line"
+# (a binary file, /dev/zero, a text without newlines) is refused instead of read into memory.
+MAX_LINE_BYTES = 8 << 20
+
+
+class InputError(ValueError):
+    """The input cannot be read as text lines (the message names it and the line)."""
 
 
 def line_results(outputs, row, first_line, line_lengths=None):
@@ -72,14 +88,22 @@ def _initial_state(client):
         return client.predict("initial_state", {"batch_size": np.array(1, np.int32)})
 
 
+def _chunks(lines, size):
+    """Lists of up to `size` consecutive items of the iterable `lines`."""
+    lines = iter(lines)
+    while chunk := list(itertools.islice(lines, size)):
+        yield chunk
+
+
 def score_document(client, lines, lines_per_request=64):
-    """Scores `lines` as one document, in chunks with the carried state; yields line results."""
+    """Scores the iterable `lines` as one document, in chunks with the carried state; yields
+    line results."""
     # The state tensors are the export's own: those of `initial_state` (STATE_NAMES, plus
     # CACHE_STATE_NAMES for an export with a neural cache).
     state = _initial_state(client)
     names = sorted(state)
-    for first in range(0, len(lines), lines_per_request):
-        chunk = lines[first:first + lines_per_request]
+    first = 0
+    for chunk in _chunks(lines, lines_per_request):
         # The final "\n" ends the last line, so a chunk is never empty and blank lines count.
         texts = np.array(["\n".join(chunk) + "\n"], dtype=object)
         outputs = client.predict("score_text_stream", {"texts": texts, **state})
@@ -89,15 +113,19 @@ def score_document(client, lines, lines_per_request=64):
                                f"{missing}: is it serving a psmm export?")
         state = {name: outputs[name] for name in names}
         yield from line_results(outputs, 0, first + 1, [line_length(line) for line in chunk])
+        first += len(chunk)
 
 
 def score_independent(client, lines, batch_size=32):
-    """Scores every line on its own, `batch_size` lines per request; yields line results."""
-    for first in range(0, len(lines), batch_size):
-        texts = np.array([line + "\n" for line in lines[first:first + batch_size]], object)
+    """Scores every line of the iterable `lines` on its own, `batch_size` lines per request;
+    yields line results."""
+    first = 0
+    for chunk in _chunks(lines, batch_size):
+        texts = np.array([line + "\n" for line in chunk], object)
         outputs = client.predict("serving_default", {"texts": texts})
         for row in range(len(texts)):
             yield from line_results(outputs, row, first + row + 1)
+        first += len(chunk)
 
 
 def client_for(model=None, rest=None, grpc=None, model_name="psmm",
@@ -110,16 +138,33 @@ def client_for(model=None, rest=None, grpc=None, model_name="psmm",
     return GrpcClient(grpc, model_name, model_version, timeout)
 
 
-def read_lines(path):
-    """The lines of a text file (or stdin for '-'), split as the corpus readers split them."""
-    if path == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        with open(path, "rb") as f:
-            data = f.read()
-    # Lines as the corpus readers split them: on "\n", a final "\n" ends the last line.
-    lines = data.decode("utf-8").split("\n")
-    return lines[:-1] if lines[-1] == "" else lines
+def read_lines(path, max_line_bytes=MAX_LINE_BYTES):
+    """Yields the lines of a text file (or stdin for '-'), split as the corpus readers split
+    them (on "\n"; a final "\n" ends the last line), one at a time.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        InputError: a line is not UTF-8 or is longer than `max_line_bytes` (named by number).
+    """
+    stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+    try:
+        for number in itertools.count(1):
+            line = stream.readline(max_line_bytes + 2)
+            if not line:
+                return
+            line = line[:-1] if line.endswith(b"\n") else line
+            if len(line) > max_line_bytes:
+                raise InputError(f"line {number} is longer than {max_line_bytes:,} "
+                                 f"bytes: expected text lines (each is sent whole in one "
+                                 f"request)")
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(f"line {number} is not valid UTF-8 ({err.reason} at "
+                                 f"byte {err.start})") from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
 
 
 def write_result(result, fmt, out):
@@ -137,8 +182,6 @@ def write_result(result, fmt, out):
         out.write(f"{token}\t{log_prob:.6f}\t{gate:.6f}\n")
     out.write(f"# line {result['line']}: perplexity {result['perplexity']:.4f} "
               f"({result['num_tokens']} tokens)\n")
-
-
 
 
 def _refuse(message):
@@ -164,15 +207,17 @@ def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=No
     out = out or sys.stdout
     if lines_per_request < 1:
         return _refuse("--lines_per_request must be >= 1")
+    lines = read_lines(input)
     try:
-        lines = read_lines(input)
-    except (OSError, UnicodeDecodeError) as err:
+        first_line = next(lines, None)
+    except (OSError, InputError) as err:
         return _refuse(f"cannot read {input}: {err}")
-    if not lines:
+    if first_line is None:
         return _refuse(f"{input} holds no line to score")
+    lines = itertools.chain([first_line], lines)
     try:
         client = client_for(model, rest, grpc, model_name, model_version, timeout)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ExportLoadError) as err:
         return _refuse(f"--model={model}: {err}")
     except ValueError as err:  # a --rest that is not a URL
         return _refuse(f"--rest={rest}: {err}")
@@ -183,6 +228,8 @@ def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=No
             total += result["log_likelihood"]
             count += result["num_tokens"]
             write_result(result, format, out)
+    except (OSError, InputError) as err:  # a line after the first, read as it is scored
+        return _refuse(f"cannot read {input}: {err}")
     except ServingError as err:
         hint = ""
         if "is too long: a request holds at most" in str(err):  # the export's max_tokens

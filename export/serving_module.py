@@ -121,7 +121,8 @@ class ServingModule(tf.Module):
             `InputOutputGateLM` over one, or a `psmm_tf.evaluation.NeuralCache` over either (its
             window, theta and lambda are served; `cache` holds them).
         vocabulary_file: str. The vocabulary (one token per line, line number = id) with
-            `<unk>` and `<eos>`; its size must be the model's `vocab_size`. It becomes an asset.
+            `<unk>` and `<eos>`; its size must be the model's `vocab_size`. Its tokens go into
+            the graph's lookup tables; the file is kept as an asset (a readable copy).
         max_tokens: int. Most tokens of one request (batch x longest text), in every signature.
 
     Attributes:
@@ -153,12 +154,16 @@ class ServingModule(tf.Module):
         self.num_layers, self.hidden_dim = model.num_layers, model.hidden_dim
         self.window_size, self.memory_size = model.window_size, model.memory_size
         self.unk_id, self.eos_id = vocabulary.unk_id, vocabulary.eos_id
-        line = tf.lookup.TextFileIndex.LINE_NUMBER
-        whole = tf.lookup.TextFileIndex.WHOLE_LINE
+        # The tables hold the vocabulary in the graph itself, not read from the asset file at
+        # load: a vocab.txt swapped or edited in an export cannot change what is scored. The
+        # asset stays as the export's readable copy (`assets/vocab.txt`).
+        self.vocabulary_asset = tf.saved_model.Asset(vocabulary_file)
+        tokens = tf.constant(vocabulary.tokens, tf.string)
+        ids = tf.range(len(vocabulary), dtype=tf.int64)
         self.word_to_id = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(vocabulary_file, tf.string, whole, tf.int64, line), -1)
+            tf.lookup.KeyValueTensorInitializer(tokens, ids), -1)
         self.id_to_word = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(vocabulary_file, tf.int64, line, tf.string, whole), "")
+            tf.lookup.KeyValueTensorInitializer(ids, tokens), "")
         for endpoint, spec in self._endpoints.items():
             setattr(self, endpoint, tf.function(getattr(self, "_" + endpoint),
                                                 input_signature=[spec], jit_compile=False))
