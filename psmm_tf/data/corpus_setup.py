@@ -77,7 +77,13 @@ def ensure_synthetic_splits(directory, data_config):
     if directory.exists():
         marker = directory / SYNTHETIC_SETTINGS_FILE
         if marker.is_file():
-            stored = json.loads(marker.read_text(encoding="utf-8"))
+            try:
+                stored = json.loads(marker.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as err:
+                raise ValueError(
+                    f"{marker} is not the settings of a generated corpus ({type(err).__name__}: "
+                    f"{err}): remove {directory} (it is generated; nothing else is in it) to "
+                    f"generate it again.") from None
             if stored != settings:
                 raise ValueError(
                     f"{directory} holds a synthetic corpus generated with {stored}, not "

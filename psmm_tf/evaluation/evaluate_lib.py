@@ -131,6 +131,11 @@ def run_evaluation(workdir, *, split="test", output_dir=None, model_source="best
         except ImportError as err:
             raise CommandError(f"--baseline_workdir: {err}") from None
     workdir = Path(workdir)
+    try:  # read by the report after the evaluation pass: checked before it
+        pointer_diagnostics.load_initial_pointer_weights(
+            workdir / run_files.INITIAL_POINTER_FILE)
+    except ValueError as err:
+        raise CommandError(str(err)) from None
     output_dir = output_dir or run_files.evaluation_dir(workdir, split)
     try:
         metrics = report.evaluation_report(

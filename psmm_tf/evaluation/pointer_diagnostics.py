@@ -28,6 +28,7 @@ mixed with a unigram softmax. These numbers can (Merity et al. 2016 eq. 3-8 nota
 """
 
 import math
+import zipfile
 
 import numpy as np
 import tensorflow as tf
@@ -226,12 +227,26 @@ def save_initial_pointer_weights(model, path):
 
 
 def load_initial_pointer_weights(path):
-    """The weights `save_initial_pointer_weights` wrote, or None where `path` does not exist."""
+    """The weights `save_initial_pointer_weights` wrote, or None where `path` does not exist.
+
+    Raises:
+        ValueError: `path` exists but is not such a file (cut, edited); the message names it.
+    """
     try:
         with np.load(path) as stored:
-            return {name: stored[name] for name in stored.files}
+            weights = {name: stored[name] for name in stored.files}
     except FileNotFoundError:
         return None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{path} is not the pointer's initial weights ({type(err).__name__}: "
+                         f"{err}); restore it, or remove it (the pointer diagnostics then leave "
+                         f"out how far the weights moved).") from None
+    missing = sorted(set(POINTER_WEIGHTS) - set(weights))
+    if missing:
+        raise ValueError(f"{path} is not the pointer's initial weights: it lacks {missing}; "
+                         f"restore it, or remove it (the pointer diagnostics then leave out how "
+                         f"far the weights moved).")
+    return weights
 
 
 def weight_statistics(model, initial_weights=None):

@@ -10,7 +10,6 @@ Only the chief worker reports; other workers get a `Reporter(enabled=False)` tha
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -87,28 +86,39 @@ class Reporter:
         self.enabled = enabled
         self.verbose = verbose
         self._bar = None
+        # Opened at their first write, not here: a start refused after the Reporter exists
+        # (e.g. by a check of the restored checkpoint) leaves the run's files as they were.
         self._writers = {}
         self._steps_file = None
-        if enabled:
-            self._writers = {
-                run: tf.summary.create_file_writer(
-                    str(self.workdir / run_files.TENSORBOARD_DIR / run))
-                for run in TENSORBOARD_TAGS}
+
+    def _steps(self):
+        """`steps.jsonl`, opened for appending at the first record."""
+        if self._steps_file is None:
             path = self.workdir / run_files.STEPS_FILE
             # A kill may have cut the last line: start the next record on a line of its own.
             cut = path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
             self._steps_file = open(path, "a")
             if cut:
                 self._steps_file.write("\n")
+        return self._steps_file
+
+    def _writer(self, run):
+        """The TensorBoard writer of `run`, created at its first scalar."""
+        if run not in self._writers:
+            self._writers[run] = tf.summary.create_file_writer(
+                str(self.workdir / run_files.TENSORBOARD_DIR / run))
+        return self._writers[run]
 
     def drop_steps_after(self, global_step):
         """Removes the `steps.jsonl` records of steps after `global_step` (the restored
         checkpoint's; 0 for a new run), and any line cut by a kill: a resumed run logs those
         steps again, so each appears once."""
-        if not self.enabled:
-            return
         path = self.workdir / run_files.STEPS_FILE
-        self._steps_file.close()
+        if not self.enabled or not path.is_file():
+            return
+        if self._steps_file is not None:
+            self._steps_file.close()
+            self._steps_file = None
         kept = []
         for line in path.read_text().splitlines():
             try:
@@ -117,10 +127,7 @@ class Reporter:
                 continue
             if isinstance(record, dict) and record.get("global_step", 0) <= global_step:
                 kept.append(line + "\n")
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(kept))
-        os.replace(tmp, path)
-        self._steps_file = open(path, "a")
+        run_files.write_text_atomic(path, "".join(kept))
 
     def start_epoch(self, epoch, num_steps, first_step):
         if self.enabled and self.verbose:
@@ -137,8 +144,9 @@ class Reporter:
         loss = float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
         record = {"epoch": epoch, "step": step, "global_step": global_step, "loss": loss,
                   "grad_norm": float(metrics["grad_norm"]), "learning_rate": learning_rate}
-        self._steps_file.write(json.dumps(record) + "\n")
-        self._steps_file.flush()
+        steps = self._steps()
+        steps.write(json.dumps(record) + "\n")
+        steps.flush()
         if self._bar is not None:
             summary = meter.summary()
             self._bar.update(step + 1, values=[
@@ -166,7 +174,7 @@ class Reporter:
         """Writes `values` (tag -> number) as TensorBoard scalars of `run` at `step`."""
         if not self.enabled:
             return
-        writer = self._writers[run]
+        writer = self._writer(run)
         with writer.as_default(step=step):
             for name, value in values.items():
                 # tf.summary.scalar needs the tensorboard package; the low-level write with

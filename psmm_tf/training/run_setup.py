@@ -19,6 +19,7 @@ from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import corpus_setup
 from psmm_tf.data.pipeline import steps_per_epoch
+from psmm_tf.evaluation import pointer_diagnostics
 from psmm_tf.training import distribution
 
 
@@ -154,10 +155,11 @@ def _check_resumable(workdir, restart):
     from psmm_tf.training.checkpointing import checkpoint_paths
 
     checkpoints = workdir / run_files.CHECKPOINT_DIR
-    if os.path.lexists(checkpoints) and not checkpoints.is_dir():
-        raise RunRefusedError(
-            f"{checkpoints} is not a folder: expected the run's checkpoint folder. Move it "
-            f"away (a run without checkpoints starts again only with --restart).")
+    wrong = run_files.misplaced_entries(workdir)
+    if wrong:
+        hint = (" (a run without checkpoints starts again only with --restart)"
+                if any(run_files.CHECKPOINT_DIR + " is" in entry for entry in wrong) else "")
+        raise RunRefusedError("; ".join(wrong) + f". Move it away{hint}.")
     # A finished epoch leaves history.json, model.keras or results.json, and a checkpoint
     # beside them; steps.jsonl alone is a run killed before its first checkpoint, whose steps
     # a new start repeats exactly.
@@ -191,6 +193,11 @@ def _check_run_logs(workdir):
                 f"{history} is not the run's epoch history ({type(err).__name__}: {err}); "
                 f"restore it, or start the run again with --restart (its files are moved "
                 f"aside).") from None
+    try:  # read at the run's end, for the pointer diagnostics: checked before an epoch is spent
+        pointer_diagnostics.load_initial_pointer_weights(
+            workdir / run_files.INITIAL_POINTER_FILE)
+    except ValueError as err:
+        raise RunRefusedError(str(err)) from None
     steps = workdir / run_files.STEPS_FILE
     if steps.is_file():
         lines = steps.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -208,6 +215,23 @@ def _check_run_logs(workdir):
                     f"{steps}: line {number} is not a training step's record (epoch, step and "
                     f"global_step integers): {line[:120]!r}. Restore the file, or start the run "
                     f"again with --restart.")
+
+
+def check_history_covers(workdir, epochs_done, checkpoint):
+    """Refuses a resume whose `history.json` lacks an epoch the restored checkpoint finished
+    (an edited or replaced file): the resumed run would report a history without it.
+
+    Args:
+        workdir: the run's folder. epochs_done: int, epochs the checkpoint has finished.
+        checkpoint: str, the restored checkpoint's path (named in the message).
+    """
+    recorded = {record["epoch"] for record in run_files.read_history(workdir)}
+    missing = sorted(set(range(epochs_done)) - recorded)
+    if missing:
+        raise RunRefusedError(
+            f"{Path(workdir) / run_files.HISTORY_FILE} lacks the record of epoch(s) {missing}, "
+            f"which {checkpoint} has finished; restore the file, or start the run again with "
+            f"--restart (its files are moved aside).")
 
 
 def write_run_files(config, corpus, workdir, strategy):

@@ -105,6 +105,8 @@ class _Run:
         if path is not None:
             checkpointing.check_checkpoint_vocabulary(
                 path, self.corpus.vocabulary.sha256(), run_setup.RunRefusedError)
+            run_setup.check_history_covers(self.workdir, int(self.schedule.epochs_done.numpy()),
+                                           path)
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
         elif self.chief and pointer_diagnostics.has_sentinel_pointer(self.model):
             pointer_diagnostics.save_initial_pointer_weights(
