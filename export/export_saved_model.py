@@ -112,7 +112,7 @@ def _parse_flags(argv):
 
 def main(argv=None):
     """Console-script entry point (`psmm-export`)."""
-    app.run(_main, argv=argv, flags_parser=_parse_flags)
+    app.run(cli.exit_when_out_of_resources(_main, PROGRAM), argv=argv, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ share names with theirs) and parses them with `parse` (or `run`, around `absl.ap
 This module imports absl only (no TensorFlow): a refused command line costs no TF start.
 """
 
+import errno
+import functools
+import re
 import sys
 
 from absl import app, flags
@@ -26,6 +29,12 @@ HELP_ARGS = ("-h", "-?", "--help", "--helpshort")
 HELPFULL_ARGS = ("--helpfull",)
 VERSION_ARG = "--version"
 VERSION_HELP = "Print the program's name and the psmm_tf version, then exit."
+# OS errors of a full disk or quota (EFBIG: a file-size limit), and the words TensorFlow's
+# file system errors (ResourceExhaustedError, not an OSError) give for them.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
+# What a program adds to its out-of-space message.
+DISK_FULL_ADVICE = {"psmm-train": " (it resumes the run from its last checkpoint)"}
 
 
 def version_line(program):
@@ -156,11 +165,63 @@ def usage_error(program, message):
     sys.exit(f"FATAL Flags error: {message}\nTry {program} --help.")
 
 
+def disk_full_detail(error):
+    """What ran out (the file and the OS's words) when `error` is a write that failed for want
+    of disk space or quota; None for any other error."""
+    if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror}"
+    message = getattr(error, "message", None)  # a tf.errors.OpError
+    if isinstance(message, str) and any(words in message for words in DISK_FULL_WORDS):
+        # "{{function_node ...}} <file>; No space left on device [Op:SaveV2]" -> the middle.
+        message = re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\]$", "",
+                         message.strip().splitlines()[0])
+        return message
+    return None
+
+
+def out_of_memory_detail(error):
+    """TensorFlow's words when `error` is an allocation that did not fit in memory (a model or
+    batch too large for the machine); None for any other error."""
+    message = getattr(error, "message", None)
+    if isinstance(message, str) and "OOM when allocating" in message:
+        return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "",
+                      message.strip().splitlines()[0]).split(" on /job:")[0]
+    return None
+
+
+def exit_when_out_of_resources(main, program):
+    """`main` that exits (status 1) with one line, instead of a stack dump, when a write finds
+    the disk full (naming the file) or an allocation does not fit in memory; writes are atomic
+    (a temporary file and a rename, removed on failure), so files complete before are
+    unchanged."""
+
+    @functools.wraps(main)
+    def guarded(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except Exception as error:  # re-raised unless it is a full disk or memory
+            detail = disk_full_detail(error)
+            if detail is not None:
+                sys.exit(f"FATAL {program}: out of disk space ({detail}). Files complete before "
+                         f"it are unchanged; free space and run the same command again"
+                         f"{DISK_FULL_ADVICE.get(program, '')}.")
+            detail = out_of_memory_detail(error)
+            if detail is None:
+                raise
+            sys.exit(f"FATAL {program}: out of memory ({detail}). Files complete before it are "
+                     f"unchanged; give a smaller model or batch (e.g. --hidden_dim, "
+                     f"--batch_size) or run on a machine with more memory.")
+
+    return guarded
+
+
 def run(main, *, program, doc, module_name, flag_values=flags.FLAGS, notes=None, argv=None):
-    """`absl.app.run(main)` with `parse` as the flags parser."""
+    """`absl.app.run(main)` with `parse` as the flags parser, exiting with one line when the
+    disk is full or memory runs out (`exit_when_out_of_resources`)."""
 
     def flags_parser(args):
         return parse(args, flag_values, program=program, doc=doc, module_name=module_name,
                      notes=notes)
 
-    app.run(main, argv=argv, flags_parser=flags_parser)
+    app.run(exit_when_out_of_resources(main, program), argv=argv, flags_parser=flags_parser)

@@ -54,11 +54,28 @@ TRAINING_OUTPUTS = (CHECKPOINT_DIR, MODEL_FILE, HISTORY_FILE, STEPS_FILE, RESULT
 START_CREATES = frozenset({CONFIG_FILE, VOCAB_FILE, VOCAB_HASH_FILE, CHECKPOINT_DIR,
                            STEPS_FILE, INITIAL_POINTER_FILE, TENSORBOARD_DIR,
                            SYNTHETIC_DATA_DIR})
+# The run's entries that are folders; every other named entry is a file.
+RUN_FOLDERS = (CHECKPOINT_DIR, TENSORBOARD_DIR, SYNTHETIC_DATA_DIR)
+RUN_FILES = (CONFIG_FILE, VOCAB_FILE, VOCAB_HASH_FILE, MODEL_FILE, HISTORY_FILE, STEPS_FILE,
+             RESULTS_FILE, INITIAL_POINTER_FILE)
 # `psmm-train --restart` moves a run's training outputs into `previous_run_<N>/`.
 PREVIOUS_RUN_PREFIX = "previous_run_"
 
 # Where a run's model is read from: "best" = model.keras, "latest" = the newest checkpoint.
 MODEL_SOURCES = ("best", "latest")
+
+
+def misplaced_entries(workdir):
+    """The run's entries of the wrong kind (a file where a folder belongs, or the reverse), as
+    messages naming each; [] for a sound workdir or one that does not exist."""
+    workdir = Path(workdir)
+    wrong = [f"{workdir / name} is not a folder: expected the run's {name} folder"
+             for name in RUN_FOLDERS
+             if os.path.lexists(workdir / name) and not (workdir / name).is_dir()]
+    wrong += [f"{workdir / name} is not a file: expected the run's {name}"
+              for name in RUN_FILES
+              if os.path.lexists(workdir / name) and not (workdir / name).is_file()]
+    return wrong
 
 
 def evaluation_dir(workdir, split):
@@ -72,11 +89,17 @@ def worker_dir(workdir, worker_name):
 
 
 def write_text_atomic(path, text):
-    """Writes `text` to `path` through a temporary file and a rename (never half a file)."""
+    """Writes `text` (UTF-8) to `path` through a temporary file and a rename (never half a
+    file; the temporary file is removed when the write fails)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException as error:  # a full disk, a kill: no half file left beside the whole one
+        _name_file(error, path)
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_json_atomic(path, value):
@@ -88,8 +111,20 @@ def save_model_atomic(model, path):
     """`model.save` to a temporary `.keras` file, then a rename over `path`."""
     path = Path(path)
     tmp = path.with_name(".tmp-" + path.name)
-    model.save(tmp)
-    os.replace(tmp, path)
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    except BaseException as error:
+        _name_file(error, path)
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _name_file(error, path):
+    """Names `path` in an OSError that names no file (a failed write or close of an open file,
+    e.g. a full disk), so that its message says which file could not be written."""
+    if isinstance(error, OSError) and not error.filename:
+        error.filename = str(path)
 
 
 def read_history(workdir):

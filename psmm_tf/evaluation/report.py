@@ -105,8 +105,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         names = (model_label(run.config.model), model_label(baseline.config.model))
         if names[0] == names[1]:
             names = ("model", "baseline")
-        (output_dir / "frequency_buckets.md").write_text(
-            analysis.format_bucket_table(rows, *names))
+        run_files.write_text_atomic(output_dir / "frequency_buckets.md",
+                                    analysis.format_bucket_table(rows, *names))
         analysis.plot_buckets(rows, output_dir / "frequency_buckets.png", *names)
         metrics.update(baseline_workdir=str(baseline_workdir),
                        baseline_perplexity=other.perplexity, frequency_buckets=rows)
@@ -118,8 +118,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             "gate": float(result.gate[j]), "probability": math.exp(-result.nll[j]),
         } for j, entry in sorted(result.attention.items())]
         title = f"Pointer attention: {model_label(run.config.model)} on {split} ({workdir})"
-        (output_dir / "attention.html").write_text(
-            figures.render_attention_html(examples, title), encoding="utf-8")
+        run_files.write_text_atomic(output_dir / "attention.html",
+                                    figures.render_attention_html(examples, title))
         metrics["attention_positions"] = sorted(result.attention)
     if pointer_diagnostics.has_sentinel_pointer(run.model):
         calibration = run.model.pointer.gate_calibration
@@ -132,7 +132,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         metrics["neural_cache"] = neural_cache.cache_metrics(
             cache, split, workdir=workdir, run=run, data_dir=data_dir, max_tokens=max_tokens,
             batch_size=batch_size, length=length)
-    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_plain))
+    run_files.write_text_atomic(output_dir / "metrics.json",
+                                json.dumps(metrics, indent=2, default=_plain))
     return metrics
 
 
