@@ -160,13 +160,34 @@ def load_data_config(data_config) -> tuple:
 
 
 def read_split(builder, split: str) -> list:
-    """One split's lines, in corpus order, as words with one `<eos>` per line."""
-    tokens = []
-    for batch in _line_batches(builder, split):
-        for line in batch:
-            tokens.extend(line.decode("utf-8").split())
-            tokens.append(corpus.EOS_TOKEN)
+    """One split's lines, in corpus order, as words with one `<eos>` per line.
+
+    Raises:
+        ValueError: a shard of the prepared dataset is missing, cut, corrupted or holds another
+            number of lines than the dataset's info records (naming the folder).
+    """
+    tokens, lines = [], 0
+    try:
+        for batch in _line_batches(builder, split):
+            for line in batch:
+                tokens.extend(line.decode("utf-8").split())
+                tokens.append(corpus.EOS_TOKEN)
+            lines += len(batch)
+    except (tf.errors.NotFoundError, tf.errors.DataLossError, UnicodeDecodeError) as err:
+        raise _damaged(builder, split, f"{type(err).__name__}: "
+                                       f"{getattr(err, 'message', err)}") from None
+    expected = builder.info.splits[split].num_examples
+    if lines != expected:  # e.g. a shard emptied: it reads without an error
+        raise _damaged(builder, split, f"{lines} lines read, its info records {expected}")
     return tokens
+
+
+def _damaged(builder, split, detail):
+    """The error of a prepared dataset whose files no longer read as written."""
+    return ValueError(
+        f"The prepared dataset {builder.data_path} is damaged ({split!r} split: "
+        f"{detail.splitlines()[0]}). Remove that folder and run the command again: it is "
+        f"prepared again from its source files.")
 
 
 def _line_batches(builder, split, batch_size=4096):

@@ -96,6 +96,31 @@ class TfdsCorpusTest(testing.TestCase):
         (other / "train.txt").write_text("x y\nw\n")  # Same name, new text: prepared anew.
         self.assertEqual(self.load(data_dir=other)["train"], ["x", "y", "<eos>", "w", "<eos>"])
 
+    def test_damaged_shards_are_refused_naming_the_prepared_folder(self):
+        # Issue 27: a deleted or cut shard gave NotFoundError / DataLossError, and an emptied
+        # one read as a shorter split without any error.
+        first = self.load()
+        prepared = self.tfds_dir / "plain_text" / "1.0.0"
+        (shard,) = prepared.glob("*train.tfrecord*")
+        data = shard.read_bytes()
+        for damage, message in [
+            (lambda: shard.unlink(), r"NotFoundError"),
+            (lambda: shard.write_bytes(data[:len(data) - 5]), r"DataLossError"),
+            (lambda: shard.write_bytes(data[:8] + bytes([data[8] ^ 1]) + data[9:]),
+             r"DataLossError"),
+            (lambda: shard.write_bytes(b""), r"0 lines read, its info records 8"),
+        ]:
+            with self.subTest(message=message):
+                damage()
+                before = snapshot(self.tfds_dir)
+                with self.assertRaisesRegex(
+                        ValueError, rf"The prepared dataset .*plain_text/1.0.0 is damaged "
+                                    rf"\('train' split: {message}.*Remove that folder"):
+                    self.load()
+                self.assertEqual(snapshot(self.tfds_dir), before)
+                shard.write_bytes(data)
+        self.assertEqual(self.load(), first)
+
     def test_layout_mismatch_is_refused_before_anything_is_written(self):
         before = snapshot(self.data)
         with self.assertRaisesRegex(
