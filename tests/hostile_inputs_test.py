@@ -353,10 +353,32 @@ class ResumeTest(_TrainedRunTestCase):
             lines[3] = lines[3].replace('"global_step": 4', '"global_step": "4"')
             path.write_text("\n".join(lines) + "\n")
 
+        def emptied_history(workdir):  # the second sweep: the resumed history lacked epoch 0
+            (workdir / "history.json").write_text("[]\n")
+
+        def cut_initial_pointer(workdir):  # read at the run's end: a traceback after an epoch
+            path = workdir / "initial_pointer.npz"
+            path.write_bytes(path.read_bytes()[:100])
+
+        def tensorboard_a_file(workdir):  # a FailedPreconditionError traceback
+            shutil.rmtree(workdir / "tensorboard")
+            (workdir / "tensorboard").write_text("mine\n")
+
+        def history_a_folder(workdir):
+            (workdir / "history.json").unlink()
+            (workdir / "history.json").mkdir()
+
         for damage, message in ((cut_history, r"history.json is not the run's epoch history "
                                               r"\(JSONDecodeError"),
                                 (string_step, r"steps.jsonl: line 4 is not a training step's "
-                                              r"record")):
+                                              r"record"),
+                                (emptied_history, r"history.json lacks the record of epoch\(s\) "
+                                                  r"\[0\], which .*ckpt-12 has finished"),
+                                (cut_initial_pointer, r"initial_pointer.npz is not the pointer's "
+                                                      r"initial weights \(BadZipFile"),
+                                (tensorboard_a_file, r"tensorboard is not a folder: expected the "
+                                                     r"run's tensorboard folder. Move it away\.$"),
+                                (history_a_folder, r"history.json is not a file")):
             with self.subTest(damage=damage.__name__):
                 workdir = self.copy_run(damage.__name__)
                 damage(workdir)
@@ -1123,6 +1145,14 @@ class ScoreSweepTest(tf.test.TestCase):
         huge = root / "huge_line.txt"
         huge.write_text("the " * DEFAULT_MAX_TOKENS + "\n")
         export_dir = testing.shared_export()[2]
+        # Second sweep: /dev/zero as --input was read without end (no newline ever comes), and a
+        # cut saved_model.pb was a traceback.
+        endless = root / "endless_line.txt"
+        with open(endless, "wb") as f:
+            f.write(b"the cat\n" + b"\0" * (score.score_lib.MAX_LINE_BYTES + 1))
+        cut_export = root / "cut_export"
+        shutil.copytree(Path(export_dir).parent, cut_export)
+        _truncate(cut_export / "1" / "saved_model.pb", 5000)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             closed = sock.getsockname()[1]
@@ -1141,7 +1171,13 @@ class ScoreSweepTest(tf.test.TestCase):
              r"Exactly one of \(model, rest, grpc\)"),
             ([f"--model={root}"], 2, r"--model=.*: No saved_model.pb and no version folder"),
             ([f"--model={export_dir}", f"--input={latin1}"], 2,
-             r"cannot read .*latin1.txt: 'utf-8' codec can't decode"),
+             r"cannot read .*latin1.txt: line 1 is not valid UTF-8 \(unexpected end of data at "
+             r"byte 7\)"),
+            ([f"--model={export_dir}", f"--input={endless}"], 2,
+             r"cannot read .*endless_line.txt: line 2 is longer than 8,388,608 bytes"),
+            ([f"--model={cut_export}"], 2,
+             r"--model=.*cut_export: .*cut_export/1 cannot be loaded as a SavedModel \(damaged "
+             r"or incomplete: Cannot parse file"),
             ([f"--model={export_dir}", f"--input={empty}"], 2, r"empty.txt holds no line"),
             ([f"--model={export_dir}", f"--input={root / 'missing.txt'}"], 2,
              r"cannot read .*missing.txt: \[Errno 2\]"),
@@ -1174,6 +1210,81 @@ class ScoreSweepTest(tf.test.TestCase):
         self.assertEqual(code, 1)
         self.assertRegex(stderr, rf"psmm-score: {url}/v1/models/psmm:predict answered "
                                  r"something that is not JSON \(not TF Serving\?\): b'<html>")
+
+
+class ExportVocabularyTest(tf.test.TestCase):
+    def test_an_edited_vocabulary_asset_changes_nothing_scored(self):
+        # Second sweep: another run's vocab.txt copied over an export's assets/vocab.txt was
+        # read by the lookup tables at load, and the export scored with it (exit 0).
+        export_dir = Path(testing.shared_export()[2])
+        edited = Path(self.get_temp_dir()) / "edited_export"
+        shutil.copytree(export_dir.parent, edited)
+        asset = edited / export_dir.name / "assets" / "vocab.txt"
+        tokens = asset.read_text().splitlines()
+        asset.write_text("\n".join(reversed(tokens[:7])) + "\n")
+        texts = np.array(["the cat sat on the mat\n"], object)
+        original = LocalClient(str(export_dir)).predict("score_text", {"texts": texts})
+        swapped = LocalClient(str(edited)).predict("score_text", {"texts": texts})
+        self.assertAllEqual(swapped["token_ids"], original["token_ids"])
+        self.assertAllClose(swapped["log_probs"], original["log_probs"], rtol=0, atol=0)
+
+
+class DiskFullTest(_TrainedRunTestCase):
+    """A full disk, made real with a file-size limit (RLIMIT_FSIZE: writes past it fail with
+    EFBIG, "File too large", as they fail with ENOSPC on a full disk)."""
+
+    def run_limited(self, script, args, limit_bytes):
+        import resource
+
+        def limit():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of a kill
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+        return subprocess.run([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
+                              env=child_env(), capture_output=True, text=True, timeout=240,
+                              preexec_fn=limit)
+
+    def test_export_and_train_name_the_file_and_leave_complete_files_unchanged(self):
+        run = self.copy_run("disk_full_export")
+        base = Path(self.get_temp_dir()) / "disk_full_base"
+        before = snapshot(run)
+        done = self.run_limited("export/export_saved_model.py",
+                                [f"--workdir={run}", f"--export_base={base}"], 200_000)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertRegex(done.stderr, r"FATAL psmm-export: out of disk space \(.*saved_model.pb"
+                                      r".*File too large\). Files complete before it are "
+                                      r"unchanged")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertEqual(snapshot(run), before)
+        self.assertEqual(list(base.iterdir()) if base.exists() else [], [])  # no partial version
+        workdir = Path(self.get_temp_dir()) / "disk_full_train"
+        shutil.rmtree(workdir, ignore_errors=True)
+        args = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
+                "--steps_per_epoch=6", "--epochs=1", "--checkpoint_every_steps=3",
+                "--max_eval_tokens=300", "--verbose=0", f"--workdir={workdir}"]
+        done = self.run_limited("trainers/train.py", args, 150_000)  # the first checkpoint
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertRegex(done.stderr, r"FATAL psmm-train: out of disk space \(.*File too large"
+                                      r"\).*it resumes the run from its last checkpoint")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertFalse([p for p in workdir.rglob("*") if "tmp" in p.name], "temporary files")
+        done = run_script("trainers/train.py", args)  # space again: the same command finishes
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(json.loads((workdir / "results.json").read_text())["global_step"], 6)
+
+
+class OutOfMemoryTest(tf.test.TestCase):
+    def test_a_model_larger_than_memory_is_one_line_and_writes_nothing(self):
+        # Second sweep: `--hidden_dim=100000` ended in a ResourceExhaustedError traceback.
+        workdir = Path(self.get_temp_dir()) / "too_large"
+        done = run_script("trainers/train.py", [
+            "--preset=tiny", "--dataset=synthetic", "--epochs=1", "--hidden_dim=1000000",
+            f"--workdir={workdir}"])
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertRegex(done.stderr, r"FATAL psmm-train: out of memory \(OOM when allocating "
+                                      r"tensor with shape\[.*--hidden_dim")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertFalse(workdir.exists())
 
 
 class SignatureDtypeTest(tf.test.TestCase):
