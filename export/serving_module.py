@@ -328,17 +328,15 @@ class ServingModule(tf.Module):
         lstm_state = tuple((layer[:, 0], layer[:, 1]) for layer in layers)
         memory = {"hidden": state["memory_hidden"], "token_ids": state["memory_ids"],
                   "mask": state["memory_mask"]}
-        model = self._held.model
-        outputs = model(inputs, token_mask=mask, state=lstm_state, memory=memory,
-                        training=False)
-        log_probs = model.log_prob(outputs, token_ids)
+        scores, outputs = self._held.model.score_step(inputs, token_ids, mask, lstm_state,
+                                                       memory)
+        log_probs = scores["log_probs"]
         new_state = {}
         if self.cache is not None:
             log_probs, new_state = cache.cached_log_probs(self.cache, log_probs, outputs["hidden"],
                                                           token_ids, lengths, state)
         log_probs = tf.where(mask, log_probs, 0.0)
-        gate = tf.where(mask, outputs["gate"], 0.0) if "gate" in outputs else (
-            tf.cast(mask, tf.float32))
+        gate = tf.where(mask, scores["gate"], 0.0)
         log_likelihood = tf.reduce_sum(log_probs, axis=1)
         scores = {"log_probs": log_probs, "gate": gate, "num_tokens": lengths,
                   "log_likelihood": log_likelihood,

@@ -168,6 +168,21 @@ class StructureTest(unittest.TestCase):
                         found.append(f"{relative}:{node.lineno} {sorted(spelled)}")
         self.assertEqual(found, [])
 
+    def test_one_scoring_routine(self):
+        # Scoring (run the model, log p of the targets, zero what is masked) is
+        # `ScoringMixin.score_step`; the evaluator, the neural cache, the pointer diagnostics
+        # and the serving module call it. Besides it, only the training objective and the
+        # input-to-output gate's delegation call a model's `log_prob`.
+        allowed = {"psmm_tf/models/language_model.py", "psmm_tf/models/input_output_gate_lm.py",
+                   "psmm_tf/losses/objective.py"}
+        callers = set()
+        for path in library_modules().values():
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "log_prob"):
+                    callers.add(str(path.relative_to(REPO_ROOT)))
+        self.assertEqual(callers, allowed)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -131,15 +131,10 @@ class Evaluator:
                             "weights": weights[b, t, first:last + 1].copy()}
 
     def _scores(self, batch, state, memory):
-        model = self.model
-        outputs = model(batch["token_ids"], token_mask=batch["token_mask"], state=state,
-                        memory=memory, training=False)
-        valid = batch["target_weights"] > 0
-        # Padded targets may hold any id: score a valid one and zero the result.
-        targets = tf.where(valid, batch["targets"], 0)
-        log_probs = tf.where(valid, model.log_prob(outputs, targets), 0.0)
-        gate = tf.cast(outputs["gate"], tf.float32) if "gate" in outputs else tf.ones_like(
-            log_probs)
+        scores, outputs = self.model.score_step(
+            batch["token_ids"], batch["targets"], batch["token_mask"], state, memory,
+            target_mask=batch["target_weights"] > 0)
+        log_probs, gate = scores["log_probs"], scores["gate"]
         extra = {}
         if "attention" in outputs:
             extra = {"attention": outputs["attention"], "key_ids": outputs["key_ids"]}

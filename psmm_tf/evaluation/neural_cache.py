@@ -164,10 +164,9 @@ class NeuralCache:
                           ops.convert_to_tensor(np.asarray(thetas, np.float32)))
 
     def _probabilities(self, inputs, targets, token_mask, state, memory, cache, thetas):
-        outputs = self.model(inputs, token_mask=token_mask, state=state, memory=memory,
-                             training=False)
+        scores, outputs = self.model.score_step(inputs, targets, token_mask, state, memory)
+        model_log_probs = scores["log_probs"]
         safe_targets = ops.where(token_mask, targets, 0)
-        model_log_probs = self.model.log_prob(outputs, safe_targets)
         keys = neural_cache.cache_keys(cache, outputs["hidden"], safe_targets, token_mask)
         cache_probs, has_history = neural_cache.cache_target_probs(
             outputs["hidden"], keys, safe_targets, thetas, self.window)

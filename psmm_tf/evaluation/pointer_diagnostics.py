@@ -99,18 +99,19 @@ def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS):
 
 
 def _diagnostic_step(model, batch, state, memory, cache, thetas, window):
-    outputs = model(batch["token_ids"], token_mask=batch["token_mask"], state=state,
-                    memory=memory, training=False)
+    valid = batch["target_weights"] > 0
+    scores, outputs = model.score_step(batch["token_ids"], batch["targets"],
+                                       batch["token_mask"], state, memory, target_mask=valid)
     mask = batch["token_mask"]
-    targets = tf.where(batch["target_weights"] > 0, batch["targets"], 0)
+    targets = tf.where(valid, batch["targets"], 0)
     query = model.pointer.query(outputs["hidden"])
     keys = neural_cache.cache_keys(cache, outputs["hidden"], targets, mask)
     cache_prob, has_history = neural_cache.cache_target_probs(
         outputs["hidden"], keys, targets, thetas, window)
     out = {
         "vocab_log_prob": vocab_log_prob(outputs["vocab_logits"], targets),
-        "log_prob": model.log_prob(outputs, targets),
-        "gate": tf.cast(outputs["gate"], tf.float32),
+        "log_prob": scores["log_probs"],
+        "gate": scores["gate"],
         "pointer_mass": pointer_mass(outputs["attention"], outputs["key_ids"], targets),
         "cache_prob": cache_prob,
         "has_history": has_history,

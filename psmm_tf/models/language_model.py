@@ -128,15 +128,36 @@ class ScoringMixin:
                 "num_tokens": num_tokens, "log_likelihood": log_likelihood,
                 "perplexity": _perplexity(log_likelihood, num_tokens)}
 
-    def _score(self, token_ids, target_ids, padding_mask, state, memory):
-        outputs = self(token_ids, token_mask=padding_mask, state=state, memory=memory,
+    def score_step(self, token_ids, target_ids, token_mask, state, memory, target_mask=None):
+        """One scored forward pass: the package's one scoring routine (traceable, unchecked).
+
+        `score`, the evaluator, the neural cache, the pointer diagnostics and the serving
+        signatures all score through it.
+
+        Args:
+            token_ids, target_ids: int `(batch_size, T)`. token_mask: bool `(batch_size, T)`,
+                the real input tokens. state, memory: the carried state and memory.
+            target_mask: optional bool `(batch_size, T)`, the targets to score (default
+                `token_mask`); the others may hold any id.
+
+        Returns:
+            `(scores, outputs)`: `scores` holds float32 `(batch_size, T)` `log_probs` (0 where
+            `target_mask` is False) and `gate` (the vocabulary softmax's share; 1 without a
+            pointer); `outputs` is the model call's dict (`state`, `memory`, `hidden`, ...).
+        """
+        target_mask = token_mask if target_mask is None else target_mask
+        outputs = self(token_ids, token_mask=token_mask, state=state, memory=memory,
                        training=False)
-        # Padded targets may hold any id: score a valid one and zero the result.
-        safe_targets = ops.where(padding_mask, target_ids, 0)
-        log_probs = ops.where(padding_mask, self.log_prob(outputs, safe_targets), 0.0)
-        gate = outputs.get("gate", ops.ones_like(log_probs))
-        return {"log_probs": log_probs, "gate": gate, "state": outputs["state"],
-                "memory": outputs["memory"]}
+        safe_targets = ops.where(target_mask, target_ids, 0)
+        log_probs = ops.cast(self.log_prob(outputs, safe_targets), "float32")
+        log_probs = ops.where(target_mask, log_probs, 0.0)
+        gate = (ops.cast(outputs["gate"], "float32") if "gate" in outputs
+                else ops.ones_like(log_probs))
+        return {"log_probs": log_probs, "gate": gate}, outputs
+
+    def _score(self, token_ids, target_ids, padding_mask, state, memory):
+        scores, outputs = self.score_step(token_ids, target_ids, padding_mask, state, memory)
+        return {**scores, "state": outputs["state"], "memory": outputs["memory"]}
 
     def _score_logits(self, token_ids, target_ids, padding_mask, state, memory):
         del target_ids  # the whole distribution is returned
