@@ -546,28 +546,32 @@ class ExportTest(_TrainedRunTestCase):
     def test_another_runs_vocabulary_files_are_refused_by_the_model_itself(self):
         # Issue 27 (silent 5): vocab.txt and vocab.sha256 of another run agree with each other;
         # psmm-evaluate then reported 100.08 where the true perplexity was 33.16.
-        run = self.copy_run("swapped_vocabulary")
-        tokens = (run / "vocab.txt").read_text().splitlines()
-        tokens[5], tokens[6] = tokens[6], tokens[5]
-        (run / "vocab.txt").write_text("".join(t + "\n" for t in tokens))
-        run_files.write_vocabulary_hash(run)
-        before = snapshot(run)
-        base = Path(self.get_temp_dir()) / "swapped_vocabulary_exports"
-        for source, message in (("best", r"model.keras was trained with another vocabulary "
-                                          r"\(its own, saved inside it"),
-                                ("latest", r"Checkpoint .*ckpt-12 was trained with another "
-                                           r"vocabulary")):
-            with self.subTest(source=source):
-                code, _, stderr = testing.run_export_main([
-                    f"--workdir={run}", f"--model_source={source}", f"--export_base={base}"])
-                self.assertEqual(code, 1)
-                self.assertRegex(stderr, message)
-                done = run_script("trainers/evaluate.py", [
-                    f"--workdir={run}", f"--model_source={source}", "--max_tokens=50"])
-                self.assertEqual(done.returncode, 1, done.stderr[-2000:])
-                self.assertRegex(done.stderr, message)
-        self.assertFalse(base.exists())
-        self.assertEqual(snapshot(run), before)
+        # Also one of another size (tracebacks before: an index out of [0, V), a broadcast).
+        def swapped(tokens):
+            return tokens[:5] + [tokens[6], tokens[5]] + tokens[7:]
+
+        for name, damage in (("swapped", swapped), ("shorter", lambda tokens: tokens[:40])):
+            run = self.copy_run(f"{name}_vocabulary")
+            tokens = damage((run / "vocab.txt").read_text().splitlines())
+            (run / "vocab.txt").write_text("".join(t + "\n" for t in tokens))
+            run_files.write_vocabulary_hash(run)
+            before = snapshot(run)
+            base = Path(self.get_temp_dir()) / f"{name}_vocabulary_exports"
+            for source, message in (("best", r"model.keras was trained with another "
+                                              r"vocabulary \(its own, saved inside it"),
+                                    ("latest", r"Checkpoint .*ckpt-12 was trained with another "
+                                               r"vocabulary")):
+                with self.subTest(vocabulary=name, source=source):
+                    code, _, stderr = testing.run_export_main([
+                        f"--workdir={run}", f"--model_source={source}", f"--export_base={base}"])
+                    self.assertEqual(code, 1)
+                    self.assertRegex(stderr, message)
+                    done = run_script("trainers/evaluate.py", [
+                        f"--workdir={run}", f"--model_source={source}", "--max_tokens=50"])
+                    self.assertEqual(done.returncode, 1, done.stderr[-2000:])
+                    self.assertRegex(done.stderr, message)
+            self.assertFalse(base.exists())
+            self.assertEqual(snapshot(run), before)
 
     def test_export_of_an_empty_workdir_names_the_missing_file(self):
         workdir = Path(self.get_temp_dir()) / "empty_workdir"
