@@ -19,7 +19,7 @@ use.
 
 import tensorflow as tf
 
-from psmm_tf.layers import mixture_distribution
+from psmm_tf.layers import mixture_distribution, neural_cache
 
 _PAD_LOGIT = -1e30
 
@@ -105,7 +105,8 @@ def next_word(outputs, words, vocab_ids, lengths, window_size, vocab_size, cache
 
 
 def _with_cache(distribution, hidden, last, window_ids, cache, num_slots):
-    """`(1 - lambda) distribution + lambda p_cache` where the last position has history.
+    """`(1 - lambda) distribution + lambda p_cache` where the last position has history
+    (`neural_cache.cache_weights` and `mix`: eqs. 2 and 4 in one place).
 
     Slot `s` holds the word at position `last - N + 1 + s`; the cache state it follows is at
     position `last - N + s`, one of the query's `W` previous states if `s >= N - W` (Grave et
@@ -115,15 +116,14 @@ def _with_cache(distribution, hidden, last, window_ids, cache, num_slots):
     states, exists = last_window(tf.cast(hidden, tf.float32), last - 1, num_slots)
     in_cache = tf.range(num_slots)[None, :] >= num_slots - cache.window
     allowed = tf.logical_and(exists, in_cache)  # (B, N)
-    scores = tf.where(allowed, cache.theta * tf.einsum("bh,bnh->bn", query, states), -1e30)
-    weights = tf.where(allowed, tf.nn.softmax(scores, axis=-1), 0.0)
+    weights = neural_cache.cache_weights(tf.einsum("bh,bnh->bn", query, states), allowed,
+                                         cache.theta)
     batch_index = tf.broadcast_to(tf.range(tf.shape(window_ids)[0])[:, None],
                                   tf.shape(window_ids))
     p_cache = tf.tensor_scatter_nd_add(tf.zeros_like(distribution),
                                        tf.stack([batch_index, window_ids], axis=-1), weights)
     has_history = tf.reduce_any(allowed, axis=-1, keepdims=True)
-    return tf.where(has_history, (1.0 - cache.lam) * distribution + cache.lam * p_cache,
-                    distribution)
+    return neural_cache.mix(distribution, p_cache, has_history, cache.lam)
 
 
 def top_words(result, k, id_to_word, vocab_size, window_size):

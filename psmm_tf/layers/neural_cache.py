@@ -43,6 +43,30 @@ def cache_keys(cache, hidden, targets, token_mask):
     }
 
 
+def cache_weights(dots, allowed, theta):
+    """Eq. 2's weights over the previous states: `softmax(theta h_t . h_i)` over the allowed
+    ones, 0 elsewhere (all 0 where none is allowed).
+
+    Args:
+        dots: float32 `(..., K)`, `h_t . h_i` for each previous state `i`.
+        allowed: bool, broadcastable to `dots`: the states in the cache's window.
+        theta: float, or float32 broadcastable to `dots` (several thetas at once).
+    """
+    scores = ops.where(allowed, theta * dots, -1e30)
+    return ops.where(allowed, ops.softmax(scores, axis=-1), 0.0)
+
+
+def mix(p_model, p_cache, has_history, lam):
+    """Eq. 4, `(1 - lambda) p_model + lambda p_cache`, or `p_model` where there is no history.
+
+    Args:
+        p_model: float32 `(...)`. p_cache: float32 broadcastable to it. has_history: bool
+            broadcastable to it. lam: float or float32 tensor broadcastable to it.
+    """
+    lam = ops.cast(lam, "float32")
+    return ops.where(has_history, (1.0 - lam) * p_model + lam * p_cache, p_model)
+
+
 def cache_target_probs(hidden, keys, targets, thetas, window):
     """`p_cache(target)` for each theta, and whether each position has any history.
 
@@ -67,9 +91,8 @@ def cache_target_probs(hidden, keys, targets, thetas, window):
     dots = ops.einsum("btd,bkd->btk", hidden, ops.cast(keys["hidden"], "float32"))
     matches = ops.logical_and(allowed, ops.equal(ops.cast(keys["next_ids"], "int32")[:, None, :],
                                                  ops.cast(targets, "int32")[:, :, None]))
-    scores = ops.cast(thetas, "float32")[:, None, None, None] * dots[None]  # [G, B, T, K]
-    scores = ops.where(allowed[None], scores, -1e30)
-    weights = ops.softmax(scores, axis=-1)
+    weights = cache_weights(dots[None], allowed[None],
+                            ops.cast(thetas, "float32")[:, None, None, None])  # [G, B, T, K]
     probs = ops.sum(ops.where(matches[None], weights, 0.0), axis=-1)
     return probs, ops.any(allowed, axis=-1)
 
@@ -82,9 +105,7 @@ def interpolate(model_log_prob, cache_prob, has_history, lam):
         has_history: bool `(B, T)`. lam: float or tensor broadcastable to the result.
     """
     model_log_prob = ops.cast(model_log_prob, "float32")
-    lam = ops.cast(lam, "float32")
-    mixed = ops.log(ops.maximum(
-        (1.0 - lam) * ops.exp(model_log_prob) + lam * cache_prob, _TINY))
+    mixed = ops.log(ops.maximum(mix(ops.exp(model_log_prob), cache_prob, True, lam), _TINY))
     return ops.where(has_history, mixed, model_log_prob)
 
 
