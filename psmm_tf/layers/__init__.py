@@ -12,7 +12,7 @@ from psmm_tf.layers.mixture import (
     pointer_mass,
     vocab_log_prob,
 )
-from psmm_tf.layers.pointer_sentinel import PointerSentinel, window_band
+from psmm_tf.layers.pointer_sentinel import PointerSentinel, WindowedAttention, window_band
 from psmm_tf.layers.pointer_softmax import PointerSoftmax
 from psmm_tf.layers.sampled_softmax import SampledSoftmax
 from psmm_tf.layers.zoneout_lstm import ZoneoutLSTM
@@ -24,6 +24,7 @@ __all__ = [
     "LockedDropout",
     "PointerSentinel",
     "PointerSoftmax",
+    "WindowedAttention",
     "ZoneoutLSTM",
     "mixture_distribution",
     "mixture_log_prob",

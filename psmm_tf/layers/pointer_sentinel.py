@@ -8,93 +8,33 @@ from keras import ops
 from psmm_tf.layers import shapes
 
 
-@keras.saving.register_keras_serializable(package="psmm_tf")
-class PointerSentinel(keras.layers.Layer):
-    """Attention over the last `window_size` hidden states plus a learned sentinel.
+class WindowedAttention(keras.layers.Layer):
+    """The windowed attention both pointers share: a query `q = tanh(W h_t + b)` (paper eq. 4)
+    scoring the keys of its window, `z_i = q . h_i` (eq. 5).
 
-    For each position t the layer forms a query `q = tanh(W h_t + b)` (paper eq. 4), scores
-    the keys in its window `z_i = q . h_i` (eq. 5), adds the sentinel's score `q . s`, and takes
-    one softmax over `[z; q . s]` (eq. 7). The sentinel's share of that softmax is the gate `g`
-    (eq. 8): how much of the probability mass goes to the vocabulary softmax. The remaining mass
-    `a_i` is spread over the window and is copied onto the word at each key (eq. 3).
-
-    Keys are `concat([memory, hidden], axis=1)`: `M` carried hidden states (zero or more, e.g. the
-    previous window's last states, or the context part of a recomputed window) followed by the
-    `T` query positions themselves. Query `t` attends the keys `M + t - L + 1 .. M + t` (its own
-    state included, never a later one); keys whose `memory_mask` is False (empty slots before
-    the start of the text) are never attended. Only `W`, `b` and `s` are parameters
-    (`D^2 + 2 D`).
+    Keys are `concat([memory, hidden], axis=1)`: `M` carried hidden states (zero or more, e.g.
+    the previous window's last states, or the context part of a recomputed window) followed by
+    the `T` query positions themselves. Query `t` attends the keys `M + t - L + 1 .. M + t` (its
+    own state included, never a later one); keys whose `memory_mask` is False (empty slots
+    before the start of the text) are never attended. Subclasses turn the scores into
+    `(attention, gate)`: `PointerSentinel` (a sentinel inside the softmax) and `PointerSoftmax`
+    (a switch on the state).
 
     Args:
-        window_size: int. Number of most recent hidden states a position may point to (`L` in
-            the paper), its own state included. Must be >= 1.
+        window_size: int >= 1. `L`: the most recent hidden states a position may point to, its
+            own included.
         kernel_initializer: initializer of the query kernel `W`.
-        sentinel_initializer: initializer of the sentinel vector `s`.
-        initial_gate: optional float in (0, 1). None (the paper's): `b = 0` and `s` from
-            `sentinel_initializer`, so every score starts near 0 and the gate near
-            `1 / (L + 1)`: the window takes almost all the mass before the pointer can point.
-            A value `g0` starts the gate near `g0` instead: `b = 0.5` for every unit and `s`
-            (less its mean) shifted by `log(g0 L / (1 - g0)) / (D tanh(0.5))` in every unit, so
-            `q . s` starts at the score that gives the sentinel `g0` of `L` zero-score keys.
-        gate_calibration: optional pair `(scale, bias)` of floats, `scale >= 0`. None (the
-            paper's): the gate is eq. 8's. A pair replaces the gate's logit
-            `l = q . s - log sum_i exp(z_i)` by `scale * l + bias` (Platt scaling) and keeps the
-            window's attention shape: `g' = sigmoid(scale * l + bias)`, `a'_i = (1 - g') a_i /
-            (1 - g)`. A gate trained on the training text is overconfident on new text; the
-            pair is fitted on held-out text after training
-            (`psmm_tf.evaluation.gate_calibration`), never trained.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
-
-    Call arguments:
-        hidden: float tensor of shape `(batch_size, T, D)`, the queries and the newest keys.
-        memory: optional float tensor `(batch_size, M, D)`: older keys. None means `M = 0`.
-        memory_mask: optional bool tensor `(batch_size, M)`; False marks an empty memory slot.
-            None means all slots are valid.
-
-    Returns:
-        A tuple `(attention, gate)`: `attention` of shape `(batch_size, T, M + T)`, zero outside
-        each position's window, and `gate` of shape `(batch_size, T)`, with
-        `attention.sum(-1) + gate == 1`.
-
-    Example:
-    ```python
-    pointer = PointerSentinel(window_size=100)
-    attention, gate = pointer(hidden)  # hidden: (32, 100, 650)
-    ```
-
-    References:
-        - [Merity et al., 2016](https://arxiv.org/abs/1609.07843)
     """
 
-    def __init__(
-        self,
-        window_size,
-        kernel_initializer="glorot_uniform",
-        sentinel_initializer="glorot_uniform",
-        initial_gate=None,
-        gate_calibration=None,
-        **kwargs,
-    ):
+    def __init__(self, window_size, kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         if not isinstance(window_size, int) or isinstance(window_size, bool) or window_size < 1:
             raise ValueError(f"window_size must be an integer >= 1, got {window_size!r}.")
-        if initial_gate is not None and not 0.0 < initial_gate < 1.0:
-            raise ValueError(f"initial_gate must be in (0, 1) or None, got {initial_gate!r}.")
         self.window_size = window_size
-        self.initial_gate = initial_gate
-        self.gate_calibration = check_gate_calibration(gate_calibration)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.sentinel_initializer = keras.initializers.get(sentinel_initializer)
 
-    def build(self, hidden_shape, memory_shape=None, memory_mask_shape=None):
-        dim = self._build_query(hidden_shape)
-        # The sentinel is a key like any other, so it is initialised like the query kernel's
-        # columns; (1, D) keeps glorot's fan computation meaningful.
-        self.sentinel = self.add_weight(
-            name="sentinel", shape=(dim,), initializer=self._sentinel_init
-        )
-
-    def _build_query(self, hidden_shape):
+    def _build_query(self, hidden_shape, bias_initializer="zeros"):
         """Creates `W` and `b` of the query (eq. 4); returns the hidden size D."""
         dim = hidden_shape[-1]
         if dim is None:
@@ -102,38 +42,9 @@ class PointerSentinel(keras.layers.Layer):
         self.query_kernel = self.add_weight(
             name="query_kernel", shape=(dim, dim), initializer=self.kernel_initializer
         )
-        bias = "zeros" if self.initial_gate is None else keras.initializers.Constant(
-            _INITIAL_QUERY_BIAS)
-        self.query_bias = self.add_weight(name="query_bias", shape=(dim,), initializer=bias)
+        self.query_bias = self.add_weight(name="query_bias", shape=(dim,),
+                                          initializer=bias_initializer)
         return dim
-
-    def _sentinel_init(self, shape, dtype=None):
-        noise = ops.reshape(self.sentinel_initializer((1, shape[0]), dtype=dtype), shape)
-        if self.initial_gate is None:
-            return noise
-        # q starts near tanh(0.5) in every unit; q . s = score gives the sentinel g0 of L keys
-        # scoring 0: g0 = e^score / (e^score + L) (eq. 7-8).
-        # The noise loses its mean, which would shift q . s by a random amount.
-        score = math.log(self.initial_gate * self.window_size / (1.0 - self.initial_gate))
-        return noise - ops.mean(noise) + score / (shape[0] * math.tanh(_INITIAL_QUERY_BIAS))
-
-    def call(self, hidden, memory=None, memory_mask=None):
-        query, key_scores, allowed = self.window_scores(hidden, memory, memory_mask)
-        sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, query.dtype))
-        zero = ops.cast(0.0, query.dtype)
-        if self.gate_calibration is None:
-            # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
-            scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
-            weights = ops.softmax(scores, axis=-1)
-            return ops.where(allowed, weights[..., :-1], zero), weights[..., -1]
-        # The same softmax split in two: g = sigmoid(l), l = q . s - log sum_i exp(z_i), and the
-        # window's share (1 - g) spread as softmax(z); the calibrated logit replaces l.
-        scale, bias = self.gate_calibration
-        logit = sentinel_score - ops.logsumexp(key_scores, axis=-1)
-        logit = ops.cast(scale, logit.dtype) * logit + ops.cast(bias, logit.dtype)
-        window_share = ops.sigmoid(-logit)
-        attention = ops.softmax(key_scores, axis=-1) * window_share[..., None]
-        return ops.where(allowed, attention, zero), ops.sigmoid(logit)
 
     def window_scores(self, hidden, memory=None, memory_mask=None):
         """The query and its scores over the window.
@@ -195,10 +106,123 @@ class PointerSentinel(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        config.update({"window_size": self.window_size,
+                       "kernel_initializer": keras.initializers.serialize(
+                           self.kernel_initializer)})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class PointerSentinel(WindowedAttention):
+    """Attention over the last `window_size` hidden states plus a learned sentinel.
+
+    For each position t the layer forms a query `q = tanh(W h_t + b)` (paper eq. 4), scores
+    the keys in its window `z_i = q . h_i` (eq. 5), adds the sentinel's score `q . s`, and takes
+    one softmax over `[z; q . s]` (eq. 7). The sentinel's share of that softmax is the gate `g`
+    (eq. 8): how much of the probability mass goes to the vocabulary softmax. The remaining mass
+    `a_i` is spread over the window and is copied onto the word at each key (eq. 3).
+
+    Keys and windows are `WindowedAttention`'s (the query and eq. 5 live there). Only `W`, `b`
+    and `s` are parameters (`D^2 + 2 D`).
+
+    Args:
+        window_size: int. Number of most recent hidden states a position may point to (`L` in
+            the paper), its own state included. Must be >= 1.
+        kernel_initializer: initializer of the query kernel `W`.
+        sentinel_initializer: initializer of the sentinel vector `s`.
+        initial_gate: optional float in (0, 1). None (the paper's): `b = 0` and `s` from
+            `sentinel_initializer`, so every score starts near 0 and the gate near
+            `1 / (L + 1)`: the window takes almost all the mass before the pointer can point.
+            A value `g0` starts the gate near `g0` instead: `b = 0.5` for every unit and `s`
+            (less its mean) shifted by `log(g0 L / (1 - g0)) / (D tanh(0.5))` in every unit, so
+            `q . s` starts at the score that gives the sentinel `g0` of `L` zero-score keys.
+        gate_calibration: optional pair `(scale, bias)` of floats, `scale >= 0`. None (the
+            paper's): the gate is eq. 8's. A pair replaces the gate's logit
+            `l = q . s - log sum_i exp(z_i)` by `scale * l + bias` (Platt scaling) and keeps the
+            window's attention shape: `g' = sigmoid(scale * l + bias)`, `a'_i = (1 - g') a_i /
+            (1 - g)`. A gate trained on the training text is overconfident on new text; the
+            pair is fitted on held-out text after training
+            (`psmm_tf.evaluation.gate_calibration`), never trained.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        hidden: float tensor of shape `(batch_size, T, D)`, the queries and the newest keys.
+        memory: optional float tensor `(batch_size, M, D)`: older keys. None means `M = 0`.
+        memory_mask: optional bool tensor `(batch_size, M)`; False marks an empty memory slot.
+            None means all slots are valid.
+
+    Returns:
+        A tuple `(attention, gate)`: `attention` of shape `(batch_size, T, M + T)`, zero outside
+        each position's window, and `gate` of shape `(batch_size, T)`, with
+        `attention.sum(-1) + gate == 1`.
+
+    Example:
+    ```python
+    pointer = PointerSentinel(window_size=100)
+    attention, gate = pointer(hidden)  # hidden: (32, 100, 650)
+    ```
+
+    References:
+        - [Merity et al., 2016](https://arxiv.org/abs/1609.07843)
+    """
+
+    def __init__(
+        self,
+        window_size,
+        kernel_initializer="glorot_uniform",
+        sentinel_initializer="glorot_uniform",
+        initial_gate=None,
+        gate_calibration=None,
+        **kwargs,
+    ):
+        super().__init__(window_size, kernel_initializer=kernel_initializer, **kwargs)
+        if initial_gate is not None and not 0.0 < initial_gate < 1.0:
+            raise ValueError(f"initial_gate must be in (0, 1) or None, got {initial_gate!r}.")
+        self.initial_gate = initial_gate
+        self.gate_calibration = check_gate_calibration(gate_calibration)
+        self.sentinel_initializer = keras.initializers.get(sentinel_initializer)
+
+    def build(self, hidden_shape, memory_shape=None, memory_mask_shape=None):
+        dim = self._build_query(hidden_shape, "zeros" if self.initial_gate is None else
+                                keras.initializers.Constant(_INITIAL_QUERY_BIAS))
+        # The sentinel is a key like any other, so it is initialised like the query kernel's
+        # columns; (1, D) keeps glorot's fan computation meaningful.
+        self.sentinel = self.add_weight(
+            name="sentinel", shape=(dim,), initializer=self._sentinel_init
+        )
+
+    def _sentinel_init(self, shape, dtype=None):
+        noise = ops.reshape(self.sentinel_initializer((1, shape[0]), dtype=dtype), shape)
+        if self.initial_gate is None:
+            return noise
+        # q starts near tanh(0.5) in every unit; q . s = score gives the sentinel g0 of L keys
+        # scoring 0: g0 = e^score / (e^score + L) (eq. 7-8).
+        # The noise loses its mean, which would shift q . s by a random amount.
+        score = math.log(self.initial_gate * self.window_size / (1.0 - self.initial_gate))
+        return noise - ops.mean(noise) + score / (shape[0] * math.tanh(_INITIAL_QUERY_BIAS))
+
+    def call(self, hidden, memory=None, memory_mask=None):
+        query, key_scores, allowed = self.window_scores(hidden, memory, memory_mask)
+        sentinel_score = ops.einsum("btd,d->bt", query, ops.cast(self.sentinel, query.dtype))
+        zero = ops.cast(0.0, query.dtype)
+        if self.gate_calibration is None:
+            # Eq. 7: one softmax over [z; q . s]; the sentinel's share is the gate g (eq. 8).
+            scores = ops.concatenate([key_scores, sentinel_score[..., None]], axis=-1)
+            weights = ops.softmax(scores, axis=-1)
+            return ops.where(allowed, weights[..., :-1], zero), weights[..., -1]
+        # The same softmax split in two: g = sigmoid(l), l = q . s - log sum_i exp(z_i), and the
+        # window's share (1 - g) spread as softmax(z); the calibrated logit replaces l.
+        scale, bias = self.gate_calibration
+        logit = sentinel_score - ops.logsumexp(key_scores, axis=-1)
+        logit = ops.cast(scale, logit.dtype) * logit + ops.cast(bias, logit.dtype)
+        window_share = ops.sigmoid(-logit)
+        attention = ops.softmax(key_scores, axis=-1) * window_share[..., None]
+        return ops.where(allowed, attention, zero), ops.sigmoid(logit)
+
+    def get_config(self):
+        config = super().get_config()
         config.update(
             {
-                "window_size": self.window_size,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "sentinel_initializer": keras.initializers.serialize(self.sentinel_initializer),
                 "initial_gate": self.initial_gate,
                 "gate_calibration": None if self.gate_calibration is None

@@ -3,11 +3,11 @@
 import keras
 from keras import ops
 
-from psmm_tf.layers.pointer_sentinel import PointerSentinel
+from psmm_tf.layers.pointer_sentinel import WindowedAttention
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
-class PointerSoftmax(PointerSentinel):
+class PointerSoftmax(WindowedAttention):
     """A location softmax over the window, mixed with the vocabulary by an MLP switch on `h_t`.
 
     Gulcehre et al. ("Pointing the Unknown Words") choose between the shortlist softmax and the
@@ -32,10 +32,12 @@ class PointerSoftmax(PointerSentinel):
 
     def __init__(self, window_size, switch_units=64, kernel_initializer="glorot_uniform",
                  **kwargs):
-        for name in ("initial_gate", "gate_calibration"):
-            if kwargs.get(name) is not None:
+        # Configs saved before the shared base held these (always None here).
+        for name in ("initial_gate", "gate_calibration", "sentinel_initializer"):
+            value = kwargs.pop(name, None)
+            if value is not None and name != "sentinel_initializer":
                 raise ValueError(f"PointerSoftmax has no sentinel: {name} sets PointerSentinel's "
-                                 f"gate, got {kwargs[name]!r}.")
+                                 f"gate, got {value!r}.")
         super().__init__(window_size, kernel_initializer=kernel_initializer, **kwargs)
         if not isinstance(switch_units, int) or switch_units < 1:
             raise ValueError(f"switch_units must be an integer >= 1, got {switch_units!r}.")
@@ -73,6 +75,5 @@ class PointerSoftmax(PointerSentinel):
 
     def get_config(self):
         config = super().get_config()
-        config.pop("sentinel_initializer", None)
         config["switch_units"] = self.switch_units
         return config
