@@ -171,11 +171,8 @@ def disk_full_detail(error):
     if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
         where = f"{error.filename}: " if error.filename else ""
         return f"{where}{error.strerror}"
-    message = getattr(error, "message", None)  # a tf.errors.OpError
-    if isinstance(message, str) and any(words in message for words in DISK_FULL_WORDS):
-        # "{{function_node ...}} <file>; No space left on device [Op:SaveV2]" -> the middle.
-        message = re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\]$", "",
-                         message.strip().splitlines()[0])
+    message = _op_error_line(error)
+    if message is not None and any(words in message for words in DISK_FULL_WORDS):
         return message
     return None
 
@@ -183,11 +180,21 @@ def disk_full_detail(error):
 def out_of_memory_detail(error):
     """TensorFlow's words when `error` is an allocation that did not fit in memory (a model or
     batch too large for the machine); None for any other error."""
-    message = getattr(error, "message", None)
-    if isinstance(message, str) and "OOM when allocating" in message:
-        return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "",
-                      message.strip().splitlines()[0]).split(" on /job:")[0]
+    message = _op_error_line(error)
+    if message is not None and "OOM when allocating" in message:
+        return message.split(" on /job:")[0]
     return None
+
+
+def _op_error_line(error):
+    """The first line of a `tf.errors.OpError`'s message without TensorFlow's wrapping
+    ("{{function_node ...}} <what>; <why> [Op:SaveV2]" -> "<what>; <why>"); None for other
+    errors."""
+    message = getattr(error, "message", None)
+    if not isinstance(message, str) or not message.strip():
+        return None
+    return re.sub(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\]$", "",
+                  message.strip().splitlines()[0])
 
 
 def exit_when_out_of_resources(main, program):

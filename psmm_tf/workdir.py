@@ -66,15 +66,15 @@ MODEL_SOURCES = ("best", "latest")
 
 
 def misplaced_entries(workdir):
-    """The run's entries of the wrong kind (a file where a folder belongs, or the reverse), as
-    messages naming each; [] for a sound workdir or one that does not exist."""
+    """The run's entries of the wrong kind (a file where a folder belongs, or the reverse):
+    `{name: message naming it}`, empty for a sound workdir or one that does not exist."""
     workdir = Path(workdir)
-    wrong = [f"{workdir / name} is not a folder: expected the run's {name} folder"
+    wrong = {name: f"{workdir / name} is not a folder: expected the run's {name} folder"
              for name in RUN_FOLDERS
-             if os.path.lexists(workdir / name) and not (workdir / name).is_dir()]
-    wrong += [f"{workdir / name} is not a file: expected the run's {name}"
-              for name in RUN_FILES
-              if os.path.lexists(workdir / name) and not (workdir / name).is_file()]
+             if os.path.lexists(workdir / name) and not (workdir / name).is_dir()}
+    wrong.update({name: f"{workdir / name} is not a file: expected the run's {name}"
+                  for name in RUN_FILES
+                  if os.path.lexists(workdir / name) and not (workdir / name).is_file()})
     return wrong
 
 

@@ -236,17 +236,15 @@ def load_initial_pointer_weights(path):
     try:
         with np.load(path) as stored:
             weights = {name: stored[name] for name in stored.files}
+        problem = f": it lacks {sorted(set(POINTER_WEIGHTS) - set(weights))}"
     except FileNotFoundError:
         return None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{path} is not the pointer's initial weights ({type(err).__name__}: "
-                         f"{err}); restore it, or remove it (the pointer diagnostics then leave "
-                         f"out how far the weights moved).") from None
-    missing = sorted(set(POINTER_WEIGHTS) - set(weights))
-    if missing:
-        raise ValueError(f"{path} is not the pointer's initial weights: it lacks {missing}; "
-                         f"restore it, or remove it (the pointer diagnostics then leave out how "
-                         f"far the weights moved).")
+        weights, problem = None, f" ({type(err).__name__}: {err})"
+    if weights is None or not set(POINTER_WEIGHTS) <= set(weights):
+        raise ValueError(f"{path} is not the pointer's initial weights{problem}; restore it, or "
+                         f"remove it (the pointer diagnostics then leave out how far the "
+                         f"weights moved).")
     return weights
 
 

@@ -158,8 +158,8 @@ def _check_resumable(workdir, restart):
     wrong = run_files.misplaced_entries(workdir)
     if wrong:
         hint = (" (a run without checkpoints starts again only with --restart)"
-                if any(run_files.CHECKPOINT_DIR + " is" in entry for entry in wrong) else "")
-        raise RunRefusedError("; ".join(wrong) + f". Move it away{hint}.")
+                if run_files.CHECKPOINT_DIR in wrong else "")
+        raise RunRefusedError("; ".join(wrong.values()) + f". Move it away{hint}.")
     # A finished epoch leaves history.json, model.keras or results.json, and a checkpoint
     # beside them; steps.jsonl alone is a run killed before its first checkpoint, whose steps
     # a new start repeats exactly.
