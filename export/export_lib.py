@@ -16,11 +16,8 @@ import json
 import os
 import shutil
 import tempfile
-import zipfile
 
-import keras
 import tensorflow as tf
-from absl import logging
 from tensorflow.core.protobuf import saved_model_pb2
 
 import psmm_tf.models  # noqa: F401  (registers the custom Keras objects for load_model)
@@ -36,8 +33,6 @@ from psmm_tf.evaluation.neural_cache import (
 )
 from psmm_tf.export import cache, serving_module, warmup
 from psmm_tf.export.serving_module import ServingModule
-from psmm_tf.models import build_model
-from psmm_tf.training import checkpointing
 
 DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # NeuralCache's
 # The run's config inside an export (`assets.extra/`), as the run's own file is named.
@@ -70,42 +65,6 @@ def with_cache(model, settings):
         return model
     return NeuralCache(model, window=settings.window, theta=settings.theta, lam=settings.lam)
 
-
-
-def restore_checkpoint(model, checkpoint):
-    """Restores `model` (key `model`) from a checkpoint prefix, or a folder's latest one.
-
-    In a folder, a damaged checkpoint (truncated, corrupted) is skipped for the one before it,
-    with a logged warning naming it. Returns the prefix restored.
-
-    Raises:
-        FileNotFoundError: no checkpoint there.
-        ValueError: the checkpoint (every one of the folder) cannot be read, or it does not
-            hold the objects of `model` (another model kind or size than the config's).
-    """
-    if tf.io.gfile.isdir(checkpoint):
-        paths = checkpointing.checkpoint_paths(checkpoint)
-        if not paths:
-            raise FileNotFoundError(f"No checkpoint in {checkpoint} (no ckpt-N.index file).")
-    elif tf.io.gfile.exists(checkpoint + ".index"):
-        paths = [checkpoint]
-    else:
-        raise FileNotFoundError(
-            f"--checkpoint={checkpoint}: no {checkpoint}.index; expected a checkpoint prefix "
-            f"such as <workdir>/checkpoints/ckpt-12, or a folder of checkpoints.")
-    try:
-        path, failures = checkpointing.restore_first_readable(
-            tf.train.Checkpoint(model=model), paths, partial=True)
-    except AssertionError as err:
-        raise ValueError(
-            f"Checkpoint {str(err)[:300]}: it does not hold the model the config describes "
-            f"(another model kind or size); give the --config of the run that wrote it.") from None
-    if path is not None:
-        if failures:
-            logging.warning("Exporting the older checkpoint %s.", path)
-        return path
-    raise ValueError(f"No checkpoint of --checkpoint={checkpoint} can be read: "
-                     f"{'; '.join(failures)}. The files are damaged.")
 
 
 def _read_config(path):
@@ -191,26 +150,19 @@ def load_model(workdir=None, keras_model=None, checkpoint=None, config=None, voc
         run_files.check_model_source(model_source)
         keras_model, checkpoint = _workdir_source(workdir, model_source, config_json)
     if keras_model is not None:
-        try:
-            model = keras.saving.load_model(keras_model)
-        except (ValueError, OSError, zipfile.BadZipFile) as err:  # truncated, not a .keras
-            raise ValueError(f"{keras_model} cannot be read as a .keras model (truncated or "
-                             f"another format?): {str(err).splitlines()[0][:300]}") from None
-        if config_json is not None:
-            run_files.check_model_matches(
-                model, ExperimentConfig.from_json(config_json).model, keras_model)
-        run_files.check_model_vocabulary(model, Vocabulary.load(vocab), keras_model)
+        model = run_files.read_model_file(keras_model)
+        run_files.check_loaded_model(
+            model, keras_model,
+            None if config_json is None else ExperimentConfig.from_json(config_json),
+            Vocabulary.load(vocab))
         source = run_files.describe_model_source("best", keras_model)
     else:
         if config_json is None:
             raise ValueError("--config is required with --checkpoint.")
         _check_config_matches_run(config_json, checkpoint)
-        config = ExperimentConfig.from_json(config_json)
-        model = build_model(config.model, dtype=config.train.mixed_precision)
-        vocabulary = Vocabulary.load(vocab)
-        model.set_vocabulary(vocabulary.tokens)
-        restored = restore_checkpoint(model, checkpoint)
-        checkpointing.check_checkpoint_vocabulary(restored, vocabulary.sha256())
+        model, restored = run_files.restore_model(
+            ExperimentConfig.from_json(config_json), Vocabulary.load(vocab), checkpoint,
+            name=f"--checkpoint={checkpoint}")
         source = run_files.describe_model_source("latest", restored)
     return model, vocab, config_json, source
 

@@ -21,16 +21,13 @@ A run's model comes from one of two sources, always named by whoever loads it
 (`MODEL_SOURCES`): "best" is `model.keras` (the best model by validation perplexity, written
 at each improving validation) and "latest" the newest readable checkpoint (the state of
 training, mid-epoch included).
-
-This module imports neither TensorFlow nor Keras at import time.
 """
 
 import json
 import os
-import zipfile
 from pathlib import Path
 
-from psmm_tf.models.causal_lm import MODEL_FILE
+from psmm_tf.models.causal_lm import MODEL_FILE, read_model_file
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
@@ -274,44 +271,89 @@ def load_model(workdir, model_source, config=None, vocabulary=None, error=ValueE
     check_model_source(model_source)
     workdir = Path(workdir)
     if model_source == "best":
-        import keras
-
-        import psmm_tf.models  # noqa: F401  (registers the package's classes for load_model)
-
         path = workdir / MODEL_FILE
         if not path.is_file():
             raise error(f"{workdir} holds no {MODEL_FILE} (the best model, written at the "
                         "first validation that improves); use model_source=latest for its "
                         "newest checkpoint.")
-        try:
-            model = keras.saving.load_model(path)
-        except (ValueError, OSError, zipfile.BadZipFile) as err:  # truncated, overwritten
-            raise error(f"{path} cannot be read as a .keras model (truncated or damaged: "
-                        f"{str(err).splitlines()[0][:200]}). Move it away, or use "
-                        f"model_source=latest for the newest checkpoint.") from None
+        model = read_model_file(path, error, advice=" Move it away, or use model_source=latest "
+                                                    "for the newest checkpoint.")
         if config is None and (workdir / CONFIG_FILE).is_file():
             config = load_config(workdir, error=error)
-        if config is not None:
-            check_model_matches(model, config.model, path, error)
         if vocabulary is None and (workdir / VOCAB_FILE).is_file():
             vocabulary = load_vocabulary(workdir, error=error)
-        if vocabulary is not None:
-            check_model_vocabulary(model, vocabulary, path, error)
+        check_loaded_model(model, path, config, vocabulary, error)
         return model, str(path)
+    config = config if config is not None else load_config(workdir, error)
+    vocabulary = vocabulary if vocabulary is not None else load_vocabulary(workdir, error)
+    try:
+        return restore_model(config, vocabulary, workdir / CHECKPOINT_DIR, error)
+    except FileNotFoundError:
+        raise error(f"{workdir} holds no checkpoint ({CHECKPOINT_DIR}/ckpt-N): no trained "
+                    "model to load as model_source=latest.") from None
+
+
+def check_loaded_model(model, path, config=None, vocabulary=None, error=ValueError):
+    """Checks a model read from `path` against the run's `ExperimentConfig` (kind and sizes)
+    and `Vocabulary` (the one saved inside it); None skips a check. Raises `error`."""
+    if config is not None:
+        check_model_matches(model, config.model, path, error)
+    if vocabulary is not None:
+        check_model_vocabulary(model, vocabulary, path, error)
+
+
+def restore_model(config, vocabulary, checkpoint, error=ValueError, name=None):
+    """The model `config` describes, with `vocabulary`, restored from a checkpoint (the one
+    checkpoint loader of the package: `load_model`'s "latest" and psmm-export's --checkpoint).
+
+    Args:
+        config: `ExperimentConfig` of the run that wrote the checkpoint.
+        vocabulary: its `Vocabulary`; checked against the hash the checkpoint records.
+        checkpoint: str or path. A prefix (`.../ckpt-12`) or a folder: its newest readable
+            checkpoint, a damaged one skipped for the one before it with a logged warning.
+        error: the ValueError subclass raised.
+        name: how messages name `checkpoint` (e.g. "--checkpoint=<path>"; default the path).
+
+    Returns:
+        `(model, path)`: the model and the checkpoint prefix restored.
+
+    Raises:
+        FileNotFoundError: no checkpoint there.
+        `error`: every checkpoint is damaged, one holds another model (kind or size), or it
+            was trained with another vocabulary.
+    """
+    import tensorflow as tf
+    from absl import logging
+
     from psmm_tf.models import build_model
     from psmm_tf.training import checkpointing
 
-    config = config if config is not None else load_config(workdir, error)
-    vocabulary = vocabulary if vocabulary is not None else load_vocabulary(workdir, error)
+    checkpoint = str(checkpoint)
+    name = name or checkpoint
+    if os.path.isdir(checkpoint):
+        paths = checkpointing.checkpoint_paths(checkpoint)
+        if not paths:
+            raise FileNotFoundError(f"No checkpoint in {name} (no ckpt-N.index file).")
+    elif os.path.isfile(checkpoint + ".index"):
+        paths = [checkpoint]
+    else:
+        raise FileNotFoundError(
+            f"{name}: no {checkpoint}.index; expected a checkpoint prefix such as "
+            "<workdir>/checkpoints/ckpt-12, or a folder of checkpoints.")
     model = build_model(config.model, dtype=config.train.mixed_precision)
     model.set_vocabulary(vocabulary.tokens)
     try:
-        path = checkpointing.restore_model_weights(model, str(workdir / CHECKPOINT_DIR))
-    except checkpointing.CheckpointRestoreError as err:
-        raise error(str(err)) from None
+        path, failures = checkpointing.restore_first_readable(
+            tf.train.Checkpoint(model=model), paths, partial=True)
+    except AssertionError as err:
+        raise error(f"Checkpoint {str(err)[:300]}: it does not hold the model the config "
+                    f"describes (another model kind or size); give the config of the run "
+                    f"that wrote it.") from None
     if path is None:
-        raise error(f"{workdir} holds no checkpoint ({CHECKPOINT_DIR}/ckpt-N): no trained "
-                    "model to load as model_source=latest.")
+        raise error(f"No checkpoint of {name} can be read: {'; '.join(failures)}. The files "
+                    "are damaged.")
+    if failures:
+        logging.warning("Loading the older checkpoint %s.", path)
     checkpointing.check_checkpoint_vocabulary(path, vocabulary.sha256(), error)
     return model, path
 

@@ -1026,7 +1026,7 @@ class EvaluateSweepTest(_TrainedRunTestCase):
             (cut_model, {}, r"cut_model/model.keras cannot be read as a .keras model \(truncated"),
             (no_model, {}, r"all_checkpoints_cut holds no model.keras .*use model_source=latest"),
             (no_model, {"model_source": "latest"},
-             r"No checkpoint of .*all_checkpoints_cut/checkpoints can be restored: "
+             r"No checkpoint of .*all_checkpoints_cut/checkpoints can be read: "
              r".*ckpt-12: IndexError"),
             (nothing, {"model_source": "latest"}, r"no_model_at_all holds no checkpoint"),
             (good, {"output_dir": a_file}, r"output_dir=.*report_is_a_file is a file"),
@@ -1055,26 +1055,26 @@ class EvaluateSweepTest(_TrainedRunTestCase):
 
 class ExportSweepTest(_TrainedRunTestCase):
     def test_damaged_checkpoints_fall_back_or_name_the_files(self):
-        from psmm_tf.configs import ExperimentConfig
         from psmm_tf.export import export_lib
-        from psmm_tf.models import build_model
 
         run = self.copy_run("export_damaged")
-        config = ExperimentConfig.from_json((run / "config.json").read_text())
         _truncate(run / "checkpoints" / "ckpt-12.data-00000-of-00001")
+
+        def load(checkpoint):
+            return export_lib.load_model(checkpoint=str(checkpoint),
+                                         config=str(run / "config.json"),
+                                         vocab=str(run / "vocab.txt"))[3]
+
         with self.assertLogs(level="WARNING") as logs:
-            restored = export_lib.restore_checkpoint(build_model(config.model),
-                                                             str(run / "checkpoints"))
-        self.assertEqual(restored, str(run / "checkpoints" / "ckpt-10"))
+            source = load(run / "checkpoints")
+        self.assertEndsWith(source, str(run / "checkpoints" / "ckpt-10"))
         self.assertRegex("\n".join(logs.output), r"ckpt-12 cannot be read \(IndexError")
         with self.assertRaisesRegex(ValueError, r"No checkpoint of --checkpoint=.*ckpt-12 can be "
                                                 r"read: .*ckpt-12: IndexError"):
-            export_lib.restore_checkpoint(build_model(config.model),
-                                                  str(run / "checkpoints" / "ckpt-12"))
+            load(run / "checkpoints" / "ckpt-12")
         with self.assertRaisesRegex(FileNotFoundError, r"--checkpoint=.*ckpt-99: no .*ckpt-99"
                                                        r"\.index; expected a checkpoint prefix"):
-            export_lib.restore_checkpoint(build_model(config.model),
-                                                  str(run / "checkpoints" / "ckpt-99"))
+            load(run / "checkpoints" / "ckpt-99")
 
     def test_bad_sources_and_export_bases_are_messages_writing_nothing(self):
         root = Path(self.get_temp_dir())

@@ -183,6 +183,24 @@ class StructureTest(unittest.TestCase):
                     callers.add(str(path.relative_to(REPO_ROOT)))
         self.assertEqual(callers, allowed)
 
+    def test_one_loader(self):
+        # A `.keras` file is read by `causal_lm.read_model_file` and a checkpoint restored into
+        # a model by `workdir.restore_model` (over `checkpointing.restore_first_readable`, the
+        # one loop that skips damaged checkpoints); every other loader calls them.
+        readers = {"load_model": set(), "restore": set()}
+        for path in library_modules().values():
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                name = str(path.relative_to(REPO_ROOT))
+                if node.func.attr == "load_model" and ast.unparse(node.func.value) in (
+                        "keras.saving", "keras.models", "saving"):
+                    readers["load_model"].add(name)
+                if node.func.attr == "restore" and "heckpoint" in ast.unparse(node.func.value):
+                    readers["restore"].add(name)
+        self.assertEqual(readers, {"load_model": {"psmm_tf/models/causal_lm.py"},
+                                   "restore": {"psmm_tf/training/checkpointing.py"}})
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 from train_testlib import shared_data_dir, tiny_config
 
+from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data.corpus import load_splits
 from psmm_tf.data.vocabulary import Vocabulary
@@ -34,8 +35,7 @@ class SyntheticRunTest(tf.test.TestCase):
         vocabulary = Vocabulary.load(workdir + "/vocab.txt")
         self.assertEqual(stored.model.vocab_size, len(vocabulary))
         self.assertEqual(stored.model.seed, config.train.seed)
-        model = build_model(stored.model)
-        path = checkpointing.restore_model_weights(model, workdir + "/checkpoints")
+        model, path = run_files.restore_model(stored, vocabulary, workdir + "/checkpoints")
         self.assertEndsWith(path, "ckpt-12")
         best = keras.saving.load_model(workdir + "/model.keras")
         for a, b in zip(model.weights, best.weights, strict=True):
@@ -126,9 +126,10 @@ class SyntheticRunTest(tf.test.TestCase):
             config = tiny_config(warmup_steps=warmup, steps_per_epoch=1, max_eval_tokens=40,
                                  learning_rate=0.5)
             train_lib.run(config, workdir, verbose=0)
-            model_config = ExperimentConfig.from_json(open(workdir + "/config.json").read()).model
-            trained, initial = build_model(model_config), build_model(model_config)
-            checkpointing.restore_model_weights(trained, workdir + "/checkpoints")
+            stored = ExperimentConfig.from_json(open(workdir + "/config.json").read())
+            trained, _ = run_files.restore_model(stored, Vocabulary.load(workdir + "/vocab.txt"),
+                                                 workdir + "/checkpoints")
+            initial = build_model(stored.model)
             deltas[warmup] = [a.numpy() - b.numpy() for a, b in
                               zip(trained.weights, initial.weights, strict=True)
                               if "seed_generator" not in a.path]

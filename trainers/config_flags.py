@@ -13,6 +13,7 @@ import typing
 from absl import flags
 
 from psmm_tf import configs
+from psmm_tf.models import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +142,7 @@ _UNSET = {"tfds_data_dir": "unset (TFDS's default)",
 # Fields whose values are fixed sets (the flag is an enum of them).
 _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS,
             "data.valid_split": configs.SPLITS, "data.test_split": configs.SPLITS,
-            "model.kind": configs.MODEL_KINDS, "model.softmax": configs.SOFTMAX_KINDS,
+            "model.kind": registry.model_kinds(), "model.softmax": configs.SOFTMAX_KINDS,
             "train.pointer_memory": configs.POINTER_MEMORY_MODES,
             "train.optimizer": configs.OPTIMIZERS, "train.jit_compile": configs.JIT_COMPILE_MODES,
             "train.mixed_precision": configs.PRECISION_POLICIES}

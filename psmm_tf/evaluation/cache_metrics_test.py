@@ -17,6 +17,7 @@ from psmm_tf.evaluation.neural_cache import (
     format_cache_metrics,
 )
 from psmm_tf.evaluation.trained_run import load_trained_run
+from psmm_tf.models import registry
 from psmm_tf.training import train_lib
 
 NUM_TOKENS = 61  # 60 targets, read in windows of 7 so the cache crosses window boundaries
@@ -54,7 +55,7 @@ class CacheMetricsTest(tf.test.TestCase, parameterized.TestCase):
         super().setUpClass()
         cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "cache_metrics"
         cls.workdirs = {}
-        for kind in configs.MODEL_KINDS:
+        for kind in registry.model_kinds():
             workdir = cls.base / kind
             config = configs.get_preset("tiny").replace(
                 model={"kind": kind}, data={"synthetic_train_tokens": 4000},
@@ -62,7 +63,7 @@ class CacheMetricsTest(tf.test.TestCase, parameterized.TestCase):
             train_lib.run(config, workdir, verbose=0)
             cls.workdirs[kind] = workdir
 
-    @parameterized.parameters(*configs.MODEL_KINDS)
+    @parameterized.parameters(*registry.model_kinds())
     def test_matches_the_equations_token_by_token(self, kind):
         run = load_trained_run(self.workdirs[kind])
         ids = run.corpus.ids["valid"][:NUM_TOKENS]

@@ -10,6 +10,7 @@ from psmm_tf import workdir as run_files
 from psmm_tf.evaluation import analysis, figures, neural_cache, pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
+from psmm_tf.models.registry import model_class
 
 
 def model_label(model_config):
@@ -60,7 +61,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
                            f"has {sorted(run.corpus.ids)}).")
     ids = run.corpus.ids[split][:max_tokens] if max_tokens else run.corpus.ids[split]
-    has_pointer = run.config.model.kind != "lstm"
+    has_pointer = model_class(run.config.model.kind).has_pointer
     if positions is not None:
         if not has_pointer:
             raise RunLoadError(f"positions={list(positions)}: the model of {workdir} "

@@ -1,12 +1,12 @@
 """Language models: the backbone and the tasks built on it."""
 
 import dataclasses
+import importlib
 import os
-
-import keras
+import pkgutil
 
 from psmm_tf.models.backbone import LSTMBackbone
-from psmm_tf.models.causal_lm import RecurrentCausalLM
+from psmm_tf.models.causal_lm import RecurrentCausalLM, read_model_file
 from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.inputs import validate_inputs
 from psmm_tf.models.language_model import LanguageModel
@@ -15,13 +15,13 @@ from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
 from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
 from psmm_tf.models.preprocessor import LanguageModelPreprocessor
+from psmm_tf.models.registry import model_class, model_kinds, register_model
 from psmm_tf.models.tokenizer import WordTokenizer
 
-MODEL_CLASSES = {
-    "psmm": PointerSentinelLM,
-    "lstm": LSTMLanguageModel,
-    "pointer_softmax": PointerSoftmaxLM,
-}
+# A new task is a module `<name>_lm.py` here whose class is `@register_model`ed: imported now.
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name.endswith("_lm"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 # Fields of a `ModelConfig` that must equal the attribute of the same name of a loaded base model.
@@ -47,12 +47,8 @@ def build_model(model_config, preprocessor=None, dtype=None):
     """
     if model_config.base_model is not None:
         return _gated_base_model(model_config)
-    cls = MODEL_CLASSES[model_config.kind]
-    extra = {}
-    if model_config.kind == "pointer_softmax":
-        extra["switch_units"] = model_config.switch_units
-    if model_config.kind == "psmm":
-        extra["initial_gate"] = model_config.initial_gate
+    cls = model_class(model_config.kind)
+    extra = {name: getattr(model_config, name) for name in cls.config_arguments}
     backbone = LSTMBackbone(
         vocab_size=model_config.vocab_size,
         embedding_dim=model_config.embedding_dim,
@@ -94,12 +90,11 @@ def model_config_differences(model, model_config):
             return [f"class: config an InputOutputGateLM (base_model set), model "
                     f"{type(model).__name__}"]
         model = model.base_model
-    expected_class = MODEL_CLASSES[model_config.kind]
+    expected_class = model_class(model_config.kind)
     if type(model) is not expected_class:
         return [f"kind: config {model_config.kind!r} ({expected_class.__name__}), model "
                 f"{type(model).__name__}"]
-    names = _BASE_MODEL_FIELDS + (("switch_units",) if model_config.kind == "pointer_softmax"
-                                  else ())
+    names = _BASE_MODEL_FIELDS + expected_class.compared_arguments
     return [f"{name}: config {getattr(model_config, name)!r}, model {getattr(model, name)!r}"
             for name in names if getattr(model, name) != getattr(model_config, name)]
 
@@ -111,7 +106,7 @@ def _gated_base_model(model_config):
         raise FileNotFoundError(
             f"base_model {path!r} is not a .keras file that exists: expected the model.keras "
             "of a trained run.")
-    base = keras.saving.load_model(path)
+    base = read_model_file(path, advice=" (base_model)")
     if isinstance(base, InputOutputGateLM):
         raise ValueError(f"base_model {path!r} already has an input-to-output gate; give the "
                          "model.keras of the run it was trained on.")
@@ -131,13 +126,15 @@ __all__ = [
     "LSTMLanguageModel",
     "LanguageModel",
     "LanguageModelPreprocessor",
-    "MODEL_CLASSES",
     "PointerSentinelLM",
     "PointerSoftmaxLM",
     "RecurrentCausalLM",
     "WordTokenizer",
     "build_model",
     "expected_parameter_count",
+    "model_class",
     "model_config_differences",
+    "model_kinds",
+    "register_model",
     "validate_inputs",
 ]

@@ -21,6 +21,7 @@ seeing across window boundaries); docs/design_notes.md compares the two.
 """
 
 import os
+import zipfile
 
 import keras
 import keras_hub
@@ -34,6 +35,20 @@ from psmm_tf.models.tokenizer import VOCABULARY_ASSET
 # (`psmm_tf.workdir`) holds the same model file, so it loads as a preset too.
 MODEL_FILE = "model.keras"
 PRESET_METADATA_FILE = "metadata.json"
+
+
+def read_model_file(path, error=ValueError, advice=""):
+    """The model in the `.keras` file `path`: the package's one reader of `.keras` files.
+
+    Raises:
+        `error`: the file is truncated, damaged or not a `.keras` file; the message names it
+            and ends with `advice`.
+    """
+    try:  # psmm_tf.models, imported before this module, registers the classes
+        return keras.saving.load_model(path)
+    except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as err:
+        raise error(f"{path} cannot be read as a .keras model (truncated, damaged or another "
+                    f"format: {str(err).splitlines()[0][:200]}).{advice}") from None
 
 
 class RecurrentCausalLM(keras_hub.models.CausalLM):
@@ -221,7 +236,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 raise ValueError(f"preset {path!r} holds no {MODEL_FILE}: expected a folder "
                                  "written by save_to_preset, a psmm-train run folder or a "
                                  ".keras file.")
-            model = keras.saving.load_model(model_file)
+            model = read_model_file(model_file, advice=f" (preset {path!r})")
             if not isinstance(model, cls):
                 raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
                                  f"{cls.__name__}.")

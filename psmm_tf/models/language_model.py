@@ -230,6 +230,19 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         `gate` `(batch_size, T)`.
     """
 
+    # The registry's declarations (psmm_tf/models/registry.py), set by each registered task.
+    kind = None
+    config_arguments = ()
+    compared_arguments = ()
+    # Whether the task mixes its softmax with a pointer (given as `pointer`).
+    has_pointer = False
+
+    @classmethod
+    def head_parameter_count(cls, model_config):
+        """Trainable weights the task adds to the LSTM language model of `model_config`."""
+        del model_config
+        return 0
+
     def __init__(self, backbone, window_size=100, output_dropout=0.5, softmax="full",
                  num_sampled=1024, max_word_length=24, seed=None, preprocessor=None,
                  pointer=None, compile=True, **kwargs):
@@ -258,6 +271,9 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         self.vocab_head = _vocab_head(softmax, backbone.vocab_size, backbone.hidden_dim,
                                       num_sampled, max_word_length, seed, backbone.init_scale,
                                       dtype=policy)
+        if (pointer is not None) != self.has_pointer:
+            raise TypeError(f"{type(self).__name__} declares has_pointer={self.has_pointer} "
+                            f"but was given pointer={pointer!r}.")
         if pointer is not None:
             pointer.dtype_policy = policy  # a layer without sub-layers: set before it builds
             self.pointer = pointer
@@ -275,11 +291,6 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
     def memory_size(self):
         """`M = window_size - 1`: the states older than a position that its window can reach."""
         return self.window_size - 1
-
-    @property
-    def has_pointer(self):
-        """Whether the task mixes its softmax with a pointer."""
-        return hasattr(self, "pointer")
 
     def build(self, input_shape=None):
         # A backbone deserialised from a config arrives built.

@@ -3,8 +3,10 @@
 import keras
 
 from psmm_tf.models.language_model import LanguageModel
+from psmm_tf.models.registry import BASELINE_KIND, register_model
 
 
+@register_model
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class LSTMLanguageModel(LanguageModel):
     """The zoneout + variational LSTM language model with a plain vocabulary softmax.
@@ -23,6 +25,8 @@ class LSTMLanguageModel(LanguageModel):
     model = LSTMLanguageModel(backbone, window_size=100)
     ```
     """
+
+    kind = BASELINE_KIND
 
     def __init__(self, backbone, **kwargs):
         super().__init__(backbone, **kwargs)

@@ -32,22 +32,19 @@ def pointer_parameter_count(hidden_dim):
 
 
 def expected_parameter_count(model_config):
-    """Trainable parameters a `ModelConfig` builds: the LSTM LM plus, for PSMM, `H^2 + 2H`.
+    """Trainable parameters a `ModelConfig` builds: the LSTM LM plus the task's head (for PSMM
+    the pointer's `H^2 + 2H`; each task class's `head_parameter_count`).
 
     The CNN softmax's table of word spellings is a constant and not counted.
     """
+    from psmm_tf.models.registry import model_class  # local: the task classes import this
+
     count = lstm_lm_parameter_count(model_config.vocab_size, model_config.embedding_dim,
                                     model_config.hidden_dim, model_config.num_layers)
     if model_config.softmax == "cnn":
         count -= model_config.hidden_dim * model_config.vocab_size + model_config.vocab_size
         count += cnn_softmax_parameter_count(model_config.vocab_size, model_config.hidden_dim)
-    if model_config.kind in ("psmm", "pointer_softmax"):
-        count += pointer_parameter_count(model_config.hidden_dim)
-    if model_config.kind == "pointer_softmax":
-        # The sentinel s is replaced by the switch MLP: W_z [D, U], b_z [U], v [U], c.
-        units = model_config.switch_units
-        count += -model_config.hidden_dim + model_config.hidden_dim * units + 2 * units + 1
-    return count
+    return count + model_class(model_config.kind).head_parameter_count(model_config)
 
 
 def parameter_table(vocab_size, presets=("tiny", "small", "medium", "large")):

@@ -5,8 +5,11 @@ import keras
 from psmm_tf.layers import PointerSentinel
 from psmm_tf.layers.pointer_sentinel import check_gate_calibration
 from psmm_tf.models.language_model import LanguageModel
+from psmm_tf.models.parameters import pointer_parameter_count
+from psmm_tf.models.registry import register_model
 
 
+@register_model
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class PointerSentinelLM(LanguageModel):
     """An LSTM language model whose softmax is mixed with a sentinel pointer over its window.
@@ -39,6 +42,15 @@ class PointerSentinelLM(LanguageModel):
     References:
         - [Merity et al., 2016](https://arxiv.org/abs/1609.07843)
     """
+
+    kind = "psmm"
+    has_pointer = True
+    config_arguments = ("initial_gate",)
+
+    @classmethod
+    def head_parameter_count(cls, model_config):
+        """The pointer's weights: query kernel W (D x D), query bias b and sentinel s."""
+        return pointer_parameter_count(model_config.hidden_dim)
 
     def __init__(self, backbone, window_size=100, initial_gate=None, seed=None,
                  gate_calibration=None, **kwargs):

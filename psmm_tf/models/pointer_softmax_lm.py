@@ -4,8 +4,11 @@ import keras
 
 from psmm_tf.layers import PointerSoftmax
 from psmm_tf.models.language_model import LanguageModel
+from psmm_tf.models.parameters import pointer_parameter_count
+from psmm_tf.models.registry import register_model
 
 
+@register_model
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class PointerSoftmaxLM(LanguageModel):
     """`PointerSentinelLM` with the sentinel replaced by a switch MLP on `h_t` (Gulcehre 2016).
@@ -19,6 +22,18 @@ class PointerSoftmaxLM(LanguageModel):
         switch_units: int. Hidden units of the switch MLP.
         **kwargs: as `LanguageModel`.
     """
+
+    kind = "pointer_softmax"
+    has_pointer = True
+    config_arguments = ("switch_units",)
+    compared_arguments = ("switch_units",)
+
+    @classmethod
+    def head_parameter_count(cls, model_config):
+        """The pointer's query (W, b) and, in place of the sentinel, the switch MLP: W_z
+        `[D, U]`, b_z `[U]`, v `[U]` and c."""
+        hidden, units = model_config.hidden_dim, model_config.switch_units
+        return pointer_parameter_count(hidden) - hidden + hidden * units + 2 * units + 1
 
     def __init__(self, backbone, window_size=100, switch_units=64, **kwargs):
         # Seeded from the model's seed, as PointerSentinelLM's pointer.

@@ -164,19 +164,6 @@ def make_manager(checkpoint, directory, max_to_keep):
                                       checkpoint_name="ckpt")
 
 
-def restore_model_weights(model, directory):
-    """Restores all of the model's weights from the latest readable checkpoint in `directory`.
-
-    Returns:
-        The checkpoint path restored, or None when there is none.
-
-    Raises:
-        CheckpointRestoreError: every checkpoint is damaged (see `restore_latest`).
-    """
-    track_random_states(model)
-    return restore_latest(tf.train.Checkpoint(model=model), directory, partial=True)
-
-
 class CheckpointRestoreError(RuntimeError):
     """No checkpoint of a run's directory could be read."""
 

@@ -3,6 +3,7 @@
 import dataclasses
 from pathlib import Path
 
+from psmm_tf.models.registry import BASELINE_KIND
 from psmm_tf.training import train_lib
 
 
@@ -22,7 +23,7 @@ def compare_with_baseline(config, workdir, strategy=None, verbose=1, restart=Fal
         dict kind -> the results dict of `train_lib.run` (model first, then "lstm").
     """
     workdir = Path(workdir)
-    kinds = [config.model.kind] + (["lstm"] if config.model.kind != "lstm" else [])
+    kinds = [config.model.kind] + ([BASELINE_KIND] if config.model.kind != BASELINE_KIND else [])
     results = {}
     for kind in kinds:
         run_config = dataclasses.replace(config, model=dataclasses.replace(config.model,
@@ -41,12 +42,12 @@ def format_comparison(results):
         test = r.get("test_perplexity", float("nan"))
         lines.append(f"{kind:<16}{train_lib.model_valid_perplexity(r):>12.2f}{test:>12.2f}"
                      f"{r['epochs']:>8d}{r['train_seconds']:>10.1f}")
-    base = results.get("lstm")
+    base = results.get(BASELINE_KIND)
     for kind, r in results.items():
-        if kind == "lstm" or not r or not base:
+        if kind == BASELINE_KIND or not r or not base:
             continue
         ratio = train_lib.model_valid_perplexity(r) / train_lib.model_valid_perplexity(base)
-        line = f"{kind} / lstm: valid perplexity ratio {ratio:.3f}"
+        line = f"{kind} / {BASELINE_KIND}: valid perplexity ratio {ratio:.3f}"
         if "test_perplexity" in r and "test_perplexity" in base:
             line += f", test perplexity ratio {r['test_perplexity'] / base['test_perplexity']:.3f}"
         lines.append(line)

@@ -355,11 +355,8 @@ def load_init_model(path):
     if model_file.suffix != ".keras" or not model_file.is_file():
         raise RunRefusedError(f"init_from {path}: expected a psmm-train run folder holding "
                               f"{run_files.MODEL_FILE}, or a .keras file; there is none.")
-    try:
-        model = keras.saving.load_model(model_file)
-    except Exception as err:  # noqa: BLE001 - Keras raises many kinds for a bad file
-        raise RunRefusedError(f"init_from {path}: {model_file} does not load as a model "
-                              f"({type(err).__name__}: {err}).") from None
+    model = run_files.read_model_file(model_file, RunRefusedError,
+                                      advice=f" It is the model init_from={path} names.")
     preprocessor = getattr(model, "preprocessor", None)
     if preprocessor is None or preprocessor.vocabulary is None:
         raise RunRefusedError(f"init_from {path}: {model_file} holds no vocabulary (a model "

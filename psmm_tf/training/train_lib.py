@@ -200,7 +200,7 @@ class _Run:
         """Evaluates the best model (`model.keras`) on valid and test; writes results.json."""
         if not self.chief:
             return {}
-        best = keras.saving.load_model(self.workdir / run_files.MODEL_FILE)
+        best = run_files.read_model_file(self.workdir / run_files.MODEL_FILE)
         results = {"best_valid_perplexity": float(self.schedule.best_perplexity.numpy()),
                    "epochs": int(self.schedule.epochs_done.numpy()),
                    "global_step": self.progress.get()[2],

@@ -1,0 +1,56 @@
+"""The model kinds: which task class a `ModelConfig.kind` builds.
+
+A task class registers itself with `register_model` and declares, as class attributes:
+`kind` (the `ModelConfig.kind` that builds it), `config_arguments` (the `ModelConfig` fields
+its constructor takes beyond the ones every task takes), `compared_arguments` (those of them a
+loaded model must match, read back as attributes) and `head_parameter_count(model_config)` (the
+trainable weights it adds to the LSTM language model). `build_model`, the parameter counts,
+`ModelConfig`'s checks and the trainers' flags read this registry, so adding a model is one new
+module `psmm_tf/models/<name>_lm.py` (`psmm_tf.models` imports every such module) and its test.
+
+Example:
+```python
+@register_model
+@keras.saving.register_keras_serializable(package="psmm_tf")
+class MyLM(LanguageModel):
+    kind = "my_lm"
+    config_arguments = ("switch_units",)
+```
+"""
+
+# The model every comparison and report measures a pointer against.
+BASELINE_KIND = "lstm"
+
+_CLASSES = {}
+
+
+def register_model(cls):
+    """Class decorator: `cls` is the model of `ModelConfig(kind=cls.kind)`."""
+    kind = getattr(cls, "kind", None)
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"{cls.__name__} declares no model kind (a class attribute `kind`).")
+    registered = _CLASSES.get(kind)
+    if registered is not None and registered.__qualname__ != cls.__qualname__:
+        raise ValueError(f"Model kind {kind!r} is taken by {registered.__name__}; "
+                         f"{cls.__name__} needs another.")
+    _CLASSES[kind] = cls
+    return cls
+
+
+def model_kinds():
+    """The registered kinds, in the order their modules were imported (`lstm` among them).
+
+    Importing this module imports `psmm_tf.models`, which imports every task module first.
+    """
+    return tuple(_CLASSES)
+
+
+def model_class(kind):
+    """The task class registered as `kind`.
+
+    Raises:
+        ValueError: no model has that kind (the message lists the kinds).
+    """
+    if kind not in _CLASSES:
+        raise ValueError(f"model kind must be one of {tuple(_CLASSES)}, got {kind!r}.")
+    return _CLASSES[kind]

@@ -1,0 +1,99 @@
+"""The model registry: every kind builds its class, and a new task registers in one file."""
+
+import dataclasses
+
+import numpy as np
+
+from psmm_tf import configs, testing
+from psmm_tf.layers import PointerSentinel
+from psmm_tf.models import (
+    LanguageModel,
+    LSTMBackbone,
+    build_model,
+    expected_parameter_count,
+    model_class,
+    model_config_differences,
+    model_kinds,
+    register_model,
+    registry,
+)
+
+
+class _TwoGatesLM(LanguageModel):
+    """A task defined only here: the sentinel pointer, with its own kind and an argument."""
+
+    kind = "registry_test_lm"
+    has_pointer = True
+    config_arguments = ("initial_gate",)
+    compared_arguments = ("initial_gate",)
+
+    @classmethod
+    def head_parameter_count(cls, model_config):
+        return model_config.hidden_dim ** 2 + 2 * model_config.hidden_dim
+
+    def __init__(self, backbone, window_size=100, initial_gate=None, **kwargs):
+        self.initial_gate = initial_gate
+        super().__init__(backbone, window_size=window_size,
+                         pointer=PointerSentinel(window_size, initial_gate=initial_gate,
+                                                 name="pointer"), **kwargs)
+
+
+class RegistryTest(testing.TestCase):
+
+    def test_each_kind_builds_its_class_with_the_counted_parameters(self):
+        self.assertEqual(set(model_kinds()), {"psmm", "lstm", "pointer_softmax"})
+        tiny = configs.get_preset("tiny").model
+        for kind in model_kinds():
+            config = dataclasses.replace(tiny, kind=kind, vocab_size=30)
+            model = build_model(config)
+            self.assertIs(type(model), model_class(kind))
+            self.assertEqual(model.count_params(), expected_parameter_count(config), kind)
+            self.assertEqual(model.has_pointer, kind != registry.BASELINE_KIND)
+            self.assertEqual(model_config_differences(model, config), [])
+
+    def test_a_new_task_registers_in_its_own_module(self):
+        register_model(_TwoGatesLM)
+        try:
+            config = dataclasses.replace(configs.get_preset("tiny").model,
+                                         kind="registry_test_lm", vocab_size=30, initial_gate=0.3)
+            model = build_model(config)
+            self.assertIsInstance(model, _TwoGatesLM)
+            self.assertEqual(model.initial_gate, 0.3)  # a config argument reaches the class
+            self.assertEqual(model.count_params(), expected_parameter_count(config))
+            outputs = model(np.zeros((2, 9), "int32"), memory=model.empty_memory(2))
+            self.assertIn("gate", outputs)
+            other = dataclasses.replace(config, initial_gate=0.5)
+            self.assertEqual(model_config_differences(model, other),
+                             ["initial_gate: config 0.5, model 0.3"])
+        finally:
+            registry._CLASSES.pop("registry_test_lm")
+        with self.assertRaisesRegex(ValueError, "kind must be one of .*'pointer_softmax'\\), "
+                                                "got 'registry_test_lm'"):
+            build_model(config)
+
+    def test_a_kind_is_taken_once_and_must_be_declared(self):
+        class Unnamed(LanguageModel):
+            pass
+
+        class Thief(LanguageModel):
+            kind = "psmm"
+
+        with self.assertRaisesRegex(TypeError, "Unnamed declares no model kind"):
+            register_model(Unnamed)
+        with self.assertRaisesRegex(ValueError, "'psmm' is taken by PointerSentinelLM"):
+            register_model(Thief)
+
+    def test_a_pointer_must_match_the_declaration(self):
+        backbone = LSTMBackbone(vocab_size=30, embedding_dim=4, hidden_dim=4, num_layers=1)
+        with self.assertRaisesRegex(TypeError, "_NoPointer declares has_pointer=True but was "
+                                               "given pointer=None"):
+            _NoPointer(backbone, window_size=3)
+
+
+class _NoPointer(LanguageModel):
+    kind = "registry_test_no_pointer"
+    has_pointer = True
+
+
+if __name__ == "__main__":
+    testing.main()
