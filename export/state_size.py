@@ -9,6 +9,8 @@ float32 `(M, H)`, `memory_ids` int32 `(M,)`, `memory_mask` bool `(M,)` and `last
 
 ```python
 from psmm_tf import configs
+from psmm_tf.export.state_size import streaming_state_bytes
+
 streaming_state_bytes(configs.get_preset("medium").model)["total"]  # 268,299
 ```
 """

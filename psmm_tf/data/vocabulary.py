@@ -55,10 +55,14 @@ class Vocabulary:
 
     Example:
     ```python
-    vocab = Vocabulary.build(read_tokens("ptb.train.txt"))
-    ids = vocab.encode(["the", "cat", "<eos>"])   # int32 [3]
-    vocab.save("/tmp/vocab.txt")
-    assert Vocabulary.load("/tmp/vocab.txt") == vocab
+    import os, tempfile
+    from psmm_tf.data import Vocabulary
+
+    vocab = Vocabulary.build("the cat sat on the mat <eos>".split())
+    ids = vocab.encode(["the", "cat", "dog"])   # int32 [3]; "dog" is <unk>'s id
+    path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+    vocab.save(path)
+    assert Vocabulary.load(path) == vocab
     ```
     """
 

@@ -55,8 +55,15 @@ class Evaluator:
 
     Example:
     ```python
-    result = Evaluator(model).evaluate(corpus.ids["valid"])
-    print(result.perplexity)
+    import numpy as np
+    from psmm_tf.evaluation import Evaluator
+    from psmm_tf.models import LSTMBackbone, PointerSentinelLM
+
+    backbone = LSTMBackbone(vocab_size=50, embedding_dim=16, hidden_dim=16, num_layers=2)
+    model = PointerSentinelLM(backbone, window_size=10)
+    ids = np.random.default_rng(0).integers(0, 50, size=300)
+    result = Evaluator(model, batch_size=1, length=50).evaluate(ids)
+    print(result.perplexity, result.num_targets)  # ~50 untrained; 299 targets
     ```
     """
 

@@ -114,6 +114,20 @@ class NeuralCache:
         theta: float. Flatness of the cache distribution.
         lam: float in [0, 1]. Interpolation weight of the cache.
 
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.evaluation import NeuralCache
+    from psmm_tf.models import LSTMBackbone, LSTMLanguageModel
+
+    backbone = LSTMBackbone(vocab_size=50, embedding_dim=16, hidden_dim=16, num_layers=2)
+    cached = NeuralCache(LSTMLanguageModel(backbone, window_size=10), window=100)
+    ids = np.random.default_rng(0).integers(0, 50, size=(2, 41)).astype("int32")
+    first = cached.score(ids[:, :20], ids[:, 1:21])    # log_probs (2, 20)
+    second = cached.score(ids[:, 20:40], ids[:, 21:41], state=first["state"],
+                          memory=first["memory"], cache=first["cache"])
+    ```
+
     References:
         - [Grave et al., 2017](https://arxiv.org/abs/1612.04426)
     """

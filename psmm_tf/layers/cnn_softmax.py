@@ -55,6 +55,19 @@ class CNNSoftmax(keras.layers.Layer):
     Returns:
         Full logits `(batch_size, T, V)`.
 
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.layers import CNNSoftmax
+
+    words = ["<unk>", "<eos>", "the", "cat", "cats", "sat"]
+    head = CNNSoftmax(vocab_size=len(words), output_dim=32, num_sampled=3, correction_dim=8)
+    head.set_vocabulary(words)
+    hidden = np.random.default_rng(0).normal(size=(2, 7, 32)).astype("float32")
+    logits = head(hidden)                                   # (2, 7, 6)
+    log_p = head.sampled_log_prob(hidden, np.full((2, 7), 3))  # a sampled estimate, (2, 7)
+    ```
+
     References:
         - [Jozefowicz et al., 2016](https://arxiv.org/abs/1602.02410)
     """
@@ -114,7 +127,10 @@ class CNNSoftmax(keras.layers.Layer):
         self.built = True
 
     def set_vocabulary(self, words):
-        """Spells the vocabulary (a list of V strings, index = id) into the character weight."""
+        """Spells the vocabulary (a list of V strings, index = id) into the character weight
+        (building the layer first if it is not built)."""
+        if not self.built:
+            self.build()
         if len(words) != self.vocab_size:
             raise ValueError(f"set_vocabulary needs {self.vocab_size} words, got {len(words)}.")
         self.characters.assign(word_characters(words, self.max_word_length))

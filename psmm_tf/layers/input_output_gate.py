@@ -32,6 +32,15 @@ class InputOutputGate(keras.layers.Layer):
     Returns:
         float `(batch_size, T, vocab_size)` in (0, 1).
 
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.layers import InputOutputGate
+
+    gate = InputOutputGate(vocab_size=1000, embedding_dim=300, dropout=0.5)
+    g = gate(np.array([[3, 17, 256]]))  # (1, 3, 1000), near sigmoid(3) = 0.95 at the start
+    ```
+
     References:
         - [Takase et al., 2017](https://arxiv.org/abs/1709.08907)
     """

@@ -23,6 +23,17 @@ class LockedDropout(keras.layers.Layer):
         A tensor of the same shape, with units zeroed per `(batch, feature)` across all `T`
         and the rest scaled by `1 / (1 - rate)`.
 
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.layers import LockedDropout
+
+    dropout = LockedDropout(0.5, seed=1)
+    x = np.ones((2, 35, 8), "float32")
+    y = np.asarray(dropout(x, training=True))
+    assert (y == y[:, :1]).all()  # one mask per sequence, the same at every step
+    ```
+
     References:
         - [Gal and Ghahramani, 2016](https://arxiv.org/abs/1512.05287)
     """

@@ -25,6 +25,18 @@ class WindowedAttention(keras.layers.Layer):
             own included.
         kernel_initializer: initializer of the query kernel `W`.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.layers import PointerSentinel
+
+    # Both pointers are WindowedAttention subclasses: scores of each query's window, eq. 5.
+    pointer = PointerSentinel(window_size=3)
+    hidden = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    pointer.build(hidden.shape)
+    query, scores, allowed = pointer.window_scores(hidden)  # (2, 5, 8), (2, 5, 5), (2, 5, 5)
+    ```
     """
 
     def __init__(self, window_size, kernel_initializer="glorot_uniform", **kwargs):
@@ -158,8 +170,12 @@ class PointerSentinel(WindowedAttention):
 
     Example:
     ```python
+    import numpy as np
+    from psmm_tf.layers import PointerSentinel
+
     pointer = PointerSentinel(window_size=100)
-    attention, gate = pointer(hidden)  # hidden: (32, 100, 650)
+    hidden = np.random.default_rng(0).normal(size=(4, 35, 650)).astype("float32")
+    attention, gate = pointer(hidden)  # (4, 35, 35), (4, 35); attention.sum(-1) + gate == 1
     ```
 
     References:

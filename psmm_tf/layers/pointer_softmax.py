@@ -26,6 +26,16 @@ class PointerSoftmax(WindowedAttention):
 
     Call arguments and returns: as `PointerSentinel`.
 
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.layers import PointerSoftmax
+
+    pointer = PointerSoftmax(window_size=100, switch_units=64)
+    hidden = np.random.default_rng(0).normal(size=(4, 35, 200)).astype("float32")
+    attention, gate = pointer(hidden)  # as PointerSentinel: (4, 35, 35), (4, 35)
+    ```
+
     References:
         - [Gulcehre et al., 2016](https://arxiv.org/abs/1603.08148)
     """

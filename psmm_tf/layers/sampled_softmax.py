@@ -79,6 +79,17 @@ class SampledSoftmax(keras.layers.Dense):
 
     Returns:
         Full logits `(batch_size, T, V)`.
+
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.layers import SampledSoftmax
+
+    head = SampledSoftmax(vocab_size=10000, num_sampled=256)
+    hidden = np.random.default_rng(0).normal(size=(2, 7, 32)).astype("float32")
+    logits = head(hidden)                                        # exact: (2, 7, 10000)
+    log_p = head.sampled_log_prob(hidden, np.full((2, 7), 42))   # training estimate, (2, 7)
+    ```
     """
 
     def __init__(self, vocab_size, num_sampled=1024, seed=None, **kwargs):

@@ -40,6 +40,17 @@ class ZoneoutLSTM(keras.layers.Layer):
         `(outputs, (h, c))`: `outputs` `(batch_size, T, units)` is the hidden state after every
         step; `(h, c)` the state after step `state_index`.
 
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.layers import ZoneoutLSTM
+
+    lstm = ZoneoutLSTM(64, zoneout=0.1, seed=1)
+    x = np.random.default_rng(0).normal(size=(4, 35, 32)).astype("float32")
+    hidden, state = lstm(x, training=True)           # (4, 35, 64); state (h, c)
+    more, state = lstm(x, initial_state=state)       # the next piece of the same sequences
+    ```
+
     References:
         - [Krueger et al., 2016](https://arxiv.org/abs/1606.01305)
     """

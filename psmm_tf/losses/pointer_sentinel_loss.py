@@ -33,6 +33,19 @@ class PointerSentinelLoss(keras.losses.Loss):
 
     Returns:
         The reduced loss (a scalar with the default reduction).
+
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.losses import PointerSentinelLoss
+    from psmm_tf.models import LSTMBackbone, PointerSentinelLM
+
+    backbone = LSTMBackbone(vocab_size=100, embedding_dim=16, hidden_dim=16, num_layers=2)
+    model = PointerSentinelLM(backbone, window_size=10)
+    ids = np.random.default_rng(0).integers(0, 100, size=(4, 36)).astype("int32")
+    outputs = model(ids[:, :-1], memory=model.empty_memory(4), training=True)
+    loss = PointerSentinelLoss(pointer_weight=1.0)(ids[:, 1:], outputs)  # eq. 9, a scalar
+    ```
     """
 
     def __init__(self, pointer_weight=1.0, reduction="sum_over_batch_size",

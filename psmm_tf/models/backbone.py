@@ -50,7 +50,12 @@ class LSTMBackbone(keras_hub.models.Backbone):
 
     Example:
     ```python
-    backbone = LSTMBackbone(vocab_size=10000, embedding_dim=650, hidden_dim=650, num_layers=2)
+    import numpy as np
+    from psmm_tf.models import LSTMBackbone, PointerSentinelLM
+
+    # The paper's PTB network is vocab_size=10000, embedding_dim=650, hidden_dim=650.
+    backbone = LSTMBackbone(vocab_size=1000, embedding_dim=64, hidden_dim=64, num_layers=2,
+                            input_dropout=0.5, hidden_dropout=0.5, zoneout=0.1, seed=1)
     model = PointerSentinelLM(backbone, window_size=100)
     ```
     """

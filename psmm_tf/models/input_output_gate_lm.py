@@ -24,6 +24,18 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
         embedding_dim, dropout, seed: of the gate (`InputOutputGate`).
 
     Call arguments and returns: as `LanguageModel` (`targets` is accepted and not needed).
+
+    Example:
+    ```python
+    import numpy as np
+    from psmm_tf.models import InputOutputGateLM, LSTMBackbone, PointerSentinelLM
+
+    backbone = LSTMBackbone(vocab_size=1000, embedding_dim=64, hidden_dim=64, num_layers=2)
+    trained = PointerSentinelLM(backbone, window_size=100)   # in practice: a trained model
+    gated = InputOutputGateLM(trained, embedding_dim=300, dropout=0.5)
+    ids = np.random.default_rng(0).integers(0, 1000, size=(2, 21)).astype("int32")
+    scores = gated.score(ids[:, :-1], ids[:, 1:])
+    ```
     """
 
     def __init__(self, base_model, embedding_dim=300, dropout=0.5, seed=None, **kwargs):

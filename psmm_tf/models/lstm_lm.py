@@ -21,8 +21,13 @@ class LSTMLanguageModel(LanguageModel):
 
     Example:
     ```python
-    backbone = LSTMBackbone(vocab_size=10000, embedding_dim=650, hidden_dim=650, num_layers=2)
+    import numpy as np
+    from psmm_tf.models import LSTMBackbone, LSTMLanguageModel
+
+    backbone = LSTMBackbone(vocab_size=1000, embedding_dim=64, hidden_dim=64, num_layers=2)
     model = LSTMLanguageModel(backbone, window_size=100)
+    ids = np.random.default_rng(0).integers(0, 1000, size=(2, 21)).astype("int32")
+    scores = model.score(ids[:, :-1], ids[:, 1:])   # log_probs (2, 20), gate 1, state, memory
     ```
     """
 

@@ -33,10 +33,16 @@ class PointerSentinelLM(LanguageModel):
 
     Example:
     ```python
-    backbone = LSTMBackbone(vocab_size=10000, embedding_dim=650, hidden_dim=650, num_layers=2)
+    import numpy as np
+    from psmm_tf.losses import PointerSentinelLoss
+    from psmm_tf.models import LSTMBackbone, PointerSentinelLM
+
+    backbone = LSTMBackbone(vocab_size=1000, embedding_dim=64, hidden_dim=64, num_layers=2)
     model = PointerSentinelLM(backbone, window_size=100)
-    outputs = model(token_ids, memory=model.empty_memory(32), training=True)
-    loss = PointerSentinelLoss()(targets, outputs)
+    ids = np.random.default_rng(0).integers(0, 1000, size=(4, 36)).astype("int32")
+    outputs = model(ids[:, :-1], memory=model.empty_memory(4), training=True)
+    loss = PointerSentinelLoss()(ids[:, 1:], outputs)
+    # The next window reads on from outputs["state"] and outputs["memory"].
     ```
 
     References:

@@ -41,10 +41,15 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
 
     Example:
     ```python
-    preprocessor = LanguageModelPreprocessor(vocabulary=Vocabulary.load("run/vocab.txt"),
-                                             sequence_length=64)
+    import tensorflow as tf
+    from psmm_tf.data import Vocabulary
+    from psmm_tf.models import LanguageModelPreprocessor
+
+    vocabulary = Vocabulary.build("the cat sat on the mat <eos>".split())
+    preprocessor = LanguageModelPreprocessor(vocabulary=vocabulary, sequence_length=16)
     x, y, weight = preprocessor(["the cat sat on the mat"])
-    ds = tf.data.Dataset.from_tensor_slices(texts).batch(8).map(preprocessor)
+    texts = ["the cat sat", "on the mat"]
+    ds = tf.data.Dataset.from_tensor_slices(texts).batch(2).map(preprocessor)
     ```
     """
 

@@ -10,11 +10,18 @@ module `psmm_tf/models/<name>_lm.py` (`psmm_tf.models` imports every such module
 
 Example:
 ```python
+import keras
+from psmm_tf.models import LanguageModel, register_model
+
 @register_model
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class MyLM(LanguageModel):
     kind = "my_lm"
-    config_arguments = ("switch_units",)
+    config_arguments = ("switch_units",)   # ModelConfig.switch_units reaches __init__
+
+    def __init__(self, backbone, switch_units=64, **kwargs):
+        self.switch_units = switch_units
+        super().__init__(backbone, **kwargs)
 ```
 """
 

@@ -87,9 +87,12 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
 
     Example:
     ```python
-    tokenizer = WordTokenizer(Vocabulary.load("run/vocab.txt"))
-    ids = tokenizer("the cat sat\\n")       # [ids of the, cat, sat, <eos>]
-    tokenizer.detokenize(ids)               # "the cat sat\\n"
+    from psmm_tf.data import Vocabulary
+    from psmm_tf.models import WordTokenizer
+
+    tokenizer = WordTokenizer(Vocabulary.build("the cat sat <eos>".split()))
+    ids = tokenizer("the cat sat\\n")       # the ids of the, cat, sat, <eos>
+    text = tokenizer.detokenize(ids)         # "the cat sat\\n"
     ```
     """
 

@@ -6,6 +6,10 @@ learning rate 0.001 (the paper's setting), on the base run's corpus and vocabula
 
 Example:
 ```python
+# Needs a finished psmm-train run in /runs/ptb_psmm.
+from psmm_tf.training import train_lib
+from psmm_tf.training.gate_training import input_output_gate_config
+
 config = input_output_gate_config("/runs/ptb_psmm")
 train_lib.run(config, "/runs/ptb_psmm_gate")   # psmm-evaluate --workdir=/runs/ptb_psmm_gate
 ```

@@ -42,9 +42,12 @@ class PlateauSchedule(tf.Module):
 
     Example:
     ```python
+    from psmm_tf.training import PlateauSchedule
+
     schedule = PlateauSchedule(1.0, lr_decay=0.5, patience=3, max_epochs=64)
-    decision = schedule.update(validation_perplexity)
-    optimizer.learning_rate.assign(decision.learning_rate)
+    for validation_perplexity in (150.0, 120.0, 121.0):
+        decision = schedule.update(validation_perplexity)
+    print(decision.learning_rate)   # halved after the epoch that did not improve
     ```
     """
 

@@ -66,6 +66,25 @@ class TrainStep:
         `(metrics, state, memory)`: `metrics` holds global sums over the batch (`loss`: the
         objective, `nll`, `pointer_loss`, `gate`, `weight`: the number of targets) and
         `grad_norm`; `state` and `memory` are per-replica values for the next step.
+
+    Example:
+    ```python
+    import keras
+    import tensorflow as tf
+    from psmm_tf.data.pipeline import training_windows
+    from psmm_tf.models import LSTMBackbone, PointerSentinelLM
+    from psmm_tf.training.steps import TrainStep
+
+    strategy = tf.distribute.get_strategy()
+    backbone = LSTMBackbone(vocab_size=100, embedding_dim=16, hidden_dim=16, num_layers=2)
+    model = PointerSentinelLM(backbone, window_size=10)
+    step = TrainStep(model, keras.optimizers.SGD(1.0), strategy, global_batch_size=4,
+                     context_length=0, use_memory=True)
+    state, memory = step.initial_carry()
+    ids = tf.random.stateless_uniform([2000], (1, 2), maxval=100, dtype=tf.int32)
+    for batch in training_windows(ids, batch_size=4, context_length=0, num_predicted=35).take(3):
+        metrics, state, memory = step(batch, state, memory)
+    ```
     """
 
     def __init__(self, model, optimizer, strategy, global_batch_size, context_length,
