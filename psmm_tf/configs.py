@@ -1,20 +1,18 @@
-"""Configuration: frozen dataclasses with commented fields, and named presets.
+"""Configuration: frozen dataclasses with a comment on every field, and named presets.
 
-Presets follow the paper's section 5.2 for the network: `medium` is the 2x650 LSTM of the PTB
-table (window 100, dropout 0.5), trained in Zaremba et al.'s medium regime (batch 20, BPTT 35,
-weights uniform in [-0.05, 0.05]; `large`: 2x1500, [-0.04, 0.04]), the pointer's share in the
-objective warmed up over the first 100 updates. `tiny` is for tests, `small`
-(2x200) for CPU benchmarks. Every preset trains with SGD at learning
-rate 1 on the mixture's negative log-likelihood (eq. 9's pointer term has weight 0:
-`pointer_loss_weight`) summed over a window's targets, the LSTM's gradient norm clipped at 5
-(Zaremba et al. 2014) and the pointer's own variables clipped at 0.25 (`pointer_clip_norm`):
-the paper's one joint norm of 1 is made for one target per update (k1 = 1) and starves the LSTM
-on a T-target window, one joint norm of 5 saturates the gate, and the pointer's own norm at 1
-left its gate overconfident (docs/design_notes.md). After training PSMM's gate is calibrated on
-the validation split (`calibrate_gate`). The paper's exact regime is
-`pointer_memory="recompute"`, `num_predicted=1`, `clip_norm=1`, `pointer_clip_norm=None`,
-`pointer_loss_weight=1`, `calibrate_gate=False`. Trainers map flags onto these; the library
-itself never reads flags.
+`ExperimentConfig` holds a `ModelConfig`, a `TrainConfig` and a `DataConfig`; `get_preset`
+names four (`tiny` for tests, `small` for CPU runs, `medium` the paper's PTB model, `large`).
+The presets' training regime and the paper's exact one are argued in docs/design_notes.md
+("Objective: sum over a window's targets ..." and after). Trainers map flags onto these
+fields; the library itself never reads flags.
+
+Example:
+```python
+from psmm_tf import configs
+
+config = configs.get_preset("medium").replace(model={"window_size": 50}, train={"seed": 1})
+assert configs.ExperimentConfig.from_json(config.to_json()) == config
+```
 """
 
 import dataclasses

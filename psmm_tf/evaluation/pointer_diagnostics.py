@@ -35,13 +35,13 @@ import tensorflow as tf
 
 from psmm_tf.data.pipeline import evaluation_windows
 from psmm_tf.evaluation.analysis import target_in_window
-from psmm_tf.layers import neural_cache, pointer_mass, vocab_log_prob
+from psmm_tf.layers import PointerSentinel, neural_cache, pointer_mass, vocab_log_prob
 
 DEFAULT_THETAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 DEFAULT_LAMBDAS = tuple(np.round(np.arange(0.0, 0.91, 0.05), 2))
 _GATE_OFFSETS = np.arange(-10.0, 10.0001, 0.05)
 _TINY = 1e-30
-POINTER_WEIGHTS = ("query_kernel", "query_bias", "sentinel")
+POINTER_WEIGHTS = PointerSentinel.WEIGHT_NAMES
 
 
 def has_sentinel_pointer(model):

@@ -140,12 +140,9 @@ def mixture_distribution(vocab_logits, attention, gate, key_ids):
 def vocab_log_prob(vocab_logits, targets):
     """`log softmax(vocab_logits)[target]`.
 
-    On TensorFlow it is minus `keras.ops.sparse_categorical_crossentropy`, one fused kernel
-    (`tf.nn.sparse_softmax_cross_entropy_with_logits`) whose gradient `softmax - one_hot` comes
-    from the same pass: TF's gather of the target's logit backpropagates through a scatter into
-    a zero `(batch_size, T, V)` tensor (`benchmarks/pointer_cost.py`'s `softmax_alone` row,
-    docs/results.md). Elsewhere it is the target's logit less the row's log-sum-exp: JAX's
-    cross-entropy multiplies by a one-hot `(batch_size, T, V)` tensor, slower there.
+    On TensorFlow it is minus `keras.ops.sparse_categorical_crossentropy` (one fused kernel,
+    gradient included); elsewhere the target's logit less the row's log-sum-exp. Each is the
+    faster of the two on its backend (docs/design_notes.md, "Mixture in log space").
 
     Args:
         vocab_logits: float `(batch_size, T, V)`.

@@ -182,6 +182,9 @@ class PointerSentinel(WindowedAttention):
         - [Merity et al., 2016](https://arxiv.org/abs/1609.07843)
     """
 
+    # Its parameters, each an attribute of the layer: W and b of eq. 4, s of eq. 7.
+    WEIGHT_NAMES = ("query_kernel", "query_bias", "sentinel")
+
     def __init__(
         self,
         window_size,

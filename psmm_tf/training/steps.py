@@ -1,20 +1,11 @@
 """One training step over a window batch, on any `tf.distribute` strategy (docs/architecture.md).
 
-The per-target objective is the paper's eq. 9 for models with a pointer,
-`-log p(y) - log(g + sum_{i: x_i = y} a_i)` (`PointerSentinelLoss`), and the softmax
-cross-entropy `-log p_vocab(y)` for the LSTM baseline. It is summed over the T predicted
-positions of a window and averaged over the B streams of the global batch, the convention of
-Zaremba et al. (2014) that the paper's optimiser settings (SGD at learning rate 1, gradient norm
-clipped at 1) come with: a per-target mean would make every step T times smaller. N replicas
-with B / N rows each compute the same gradient as one device with B rows: each replica divides
-its sum by B, the gradients are summed over replicas, clipped by their global norm and applied
-once.
-
-With `pointer_clip_norm` set, the pointer's own variables (`model.pointer`: W, b and s of eq. 4
-and 7) are clipped by their own global norm and the rest of the model by `clip_norm`: the
-gradient of the sentinel and the query bias is large and coherent over a window's positions while
-the LSTM's is larger still, so under one joint norm a step either starves the query kernel
-(clip 1) or saturates the gate (clip 5); see docs/design_notes.md.
+The objective (`per_target_losses`: the mixture's negative log-likelihood, plus eq. 9's pointer
+term when its weight is set) is summed over the T predicted positions of a window and
+averaged over the B streams of the global batch; N replicas with B / N rows each compute the
+gradient one device with B rows would. The gradients are clipped by `clip_gradients` (the
+pointer's own variables apart when `pointer_clip_norm` is set) and applied once. Why this
+objective and these clips: docs/design_notes.md, "Objective: sum over a window's targets".
 """
 
 import keras
