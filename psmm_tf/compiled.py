@@ -1,4 +1,4 @@
-"""Inference functions compiled on the current Keras backend (the library's one backend switch).
+"""Inference functions compiled on the current Keras backend (`tf.function` or `jax.jit`).
 
 The layers and models are written with `keras.ops` only; running one of their methods as a
 compiled graph is the one thing that differs between backends: `tf.function` on TensorFlow,
