@@ -34,15 +34,15 @@ class PointerSentinelLM(LanguageModel):
     Example:
     ```python
     import numpy as np
-    from psmm_tf.losses import PointerSentinelLoss
     from psmm_tf.models import LSTMBackbone, PointerSentinelLM
 
     backbone = LSTMBackbone(vocab_size=1000, embedding_dim=64, hidden_dim=64, num_layers=2)
     model = PointerSentinelLM(backbone, window_size=100)
-    ids = np.random.default_rng(0).integers(0, 1000, size=(4, 36)).astype("int32")
-    outputs = model(ids[:, :-1], memory=model.empty_memory(4), training=True)
-    loss = PointerSentinelLoss()(ids[:, 1:], outputs)
-    # The next window reads on from outputs["state"] and outputs["memory"].
+    ids = np.random.default_rng(0).integers(0, 1000, size=(4, 70)).astype("int32")
+    first = model(ids[:, :35], memory=model.empty_memory(4))
+    # The next 35 tokens read on from the carried state; their pointer sees the first 35.
+    second = model(ids[:, 35:], state=first["state"], memory=first["memory"])
+    second["attention"].shape, second["gate"].shape   # (4, 35, 134), (4, 35)
     ```
 
     References:

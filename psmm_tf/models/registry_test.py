@@ -17,6 +17,7 @@ from psmm_tf.models import (
     register_model,
     registry,
 )
+from psmm_tf.models.parameters import pointer_parameter_count
 
 
 class _TwoGatesLM(LanguageModel):
@@ -29,7 +30,7 @@ class _TwoGatesLM(LanguageModel):
 
     @classmethod
     def head_parameter_count(cls, model_config):
-        return model_config.hidden_dim ** 2 + 2 * model_config.hidden_dim
+        return pointer_parameter_count(model_config.hidden_dim)
 
     def __init__(self, backbone, window_size=100, initial_gate=None, **kwargs):
         self.initial_gate = initial_gate
