@@ -14,6 +14,8 @@ Suites (each trained row is a normal, resumable training run under --output_dir/
 Rows of the ptb and wikitext suites (--rows), all with the same backbone and epochs (or, with
 --converge, each trained with the paper's schedule until it stops improving):
   lstm, psmm, pointer_softmax   trained from scratch (`train_lib.run`).
+  lstm_chars, psmm_chars        the same with character-CNN word inputs
+                                (`input_embedding="chars"`, Jozefowicz et al. 2016).
   lstm+cache, psmm+cache        the trained run with a neural cache (Grave et al. 2017) over
                                 the same window as PSMM's pointer (--cache_window, default the
                                 preset's window_size): theta x lambda grid-searched on one text,
@@ -86,7 +88,15 @@ flags.DEFINE_integer("window_size", None, "The pointer's window L of every row (
                      lower_bound=1)
 
 TARGETS = {"ptb": 0.90, "wikitext": 0.80}
-TRAINED_KINDS = ("lstm", "psmm", "pointer_softmax")
+# Trained rows: name -> (model kind, model fields set on the preset's).
+TRAINED_ROWS = {
+    "lstm": ("lstm", {}),
+    "psmm": ("psmm", {}),
+    "pointer_softmax": ("pointer_softmax", {}),
+    # Character-CNN word inputs (Jozefowicz et al. 2016's "CNN inputs").
+    "lstm_chars": ("lstm", {"input_embedding": "chars"}),
+    "psmm_chars": ("psmm", {"input_embedding": "chars"}),
+}
 
 
 def _shared_data():
@@ -96,8 +106,8 @@ def _shared_data():
     return Path(os.environ.get("PSMM_SHARED_DATA", default))
 
 
-def _config(suite, data, kind="psmm"):
-    base = configs.get_preset(FLAGS.preset)
+def _config(suite, data, kind="psmm", model=None):
+    base = configs.get_preset(FLAGS.preset).replace(model=model)
     if FLAGS.window_size:
         base = base.replace(model={"window_size": FLAGS.window_size})
     if FLAGS.converge:  # The paper's schedule (section 5.2): each run stops on its own.
@@ -139,9 +149,10 @@ def _load_run(suite, kind, out):
     return run
 
 
-def _trained_row(suite, kind, data, out):
-    workdir = out / suite / kind
-    results = train_lib.run(_config(suite, data, kind), workdir, verbose=0)
+def _trained_row(suite, name, data, out):
+    kind, model = TRAINED_ROWS[name]
+    workdir = out / suite / name
+    results = train_lib.run(_config(suite, data, kind, model), workdir, verbose=0)
     # With a calibrated gate (psmm-train's default), valid is the calibrated model's (its two
     # numbers fitted on valid) and test the model.keras one (fitted on valid, scored on test).
     row = {"valid_perplexity": train_lib.model_valid_perplexity(results),
@@ -153,7 +164,7 @@ def _trained_row(suite, kind, data, out):
     if "gate_calibration" in results:
         row["gate_calibration"] = results["gate_calibration"]["gate_calibration"]
     if suite == "wikitext":
-        run = _load_run(suite, kind, out)
+        run = _load_run(suite, name, out)
         row["second_half_perplexity"] = Evaluator(run.model).evaluate(
             _tuning_and_report_ids(suite, run.corpus)[1]).perplexity
     return row
@@ -201,13 +212,13 @@ def _iog_row(suite, kind, out):
 def _suite(suite, data, out, previous):
     rows = dict(previous.get("rows", {}))
     # Trained rows first: the cache and gate rows read their runs.
-    wanted = [r for r in FLAGS.rows if r in TRAINED_KINDS]
-    wanted += [r for r in FLAGS.rows if r not in TRAINED_KINDS]
+    wanted = [r for r in FLAGS.rows if r in TRAINED_ROWS]
+    wanted += [r for r in FLAGS.rows if r not in TRAINED_ROWS]
     for row in wanted:
         if row in rows and not FLAGS.redo_rows:
             continue
         start = time.time()
-        if row in TRAINED_KINDS:
+        if row in TRAINED_ROWS:
             rows[row] = _trained_row(suite, row, data, out)
         elif row.endswith("+cache"):
             rows[row] = _cache_row(suite, row.split("+")[0], out)
@@ -215,7 +226,7 @@ def _suite(suite, data, out, previous):
             rows[row] = _iog_row(suite, row.split("+")[0], out)
         else:
             raise app.UsageError(f"--rows: unknown row {row!r}; expected one of "
-                                 "lstm, psmm, pointer_softmax, lstm+cache, psmm+cache, "
+                                 f"{', '.join(TRAINED_ROWS)}, lstm+cache, psmm+cache, "
                                  "lstm+iog, psmm+iog.")
         rows[row]["wall_seconds"] = time.time() - start
         print(f"{suite} {row}: valid {rows[row]['valid_perplexity']:.2f} test "

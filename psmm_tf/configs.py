@@ -22,6 +22,7 @@ DATASETS = ("synthetic", "ptb", "wikitext2", "wikitext103", "text")
 POINTER_MEMORY_MODES = ("recompute", "cache")
 JIT_COMPILE_MODES = ("auto", "on", "off")
 SOFTMAX_KINDS = ("full", "sampled", "cnn")
+INPUT_EMBEDDINGS = ("ids", "chars")
 OPTIMIZERS = ("sgd", "adam")
 # Keras dtype policies a run may train under: float32, or float32 variables with 16-bit compute.
 PRECISION_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -70,8 +71,13 @@ class ModelConfig:
     softmax: str = "full"
     # Vocabulary samples per training step of the "sampled" and "cnn" softmaxes.
     num_sampled: int = 1024
-    # Characters kept per word by the CNN softmax (begin/end markers included).
+    # Characters kept per word by the CNN softmax and the "chars" input embedding (begin/end
+    # markers included).
     max_word_length: int = 24
+    # Input word embedding: "ids" (a V x embedding_dim table) or "chars" (a character CNN of
+    # each word's spelling, Jozefowicz et al. 2016's "CNN inputs": a word outside the
+    # vocabulary read with its characters gets an embedding of its own).
+    input_embedding: str = "ids"
     # The gate g that PSMM's sentinel starts near (kind "psmm"); None: the paper's
     # initialisation, where every score starts near 0 and the window takes about L / (L + 1) of
     # the mass before the pointer can point (see `PointerSentinel`).
@@ -100,6 +106,7 @@ class ModelConfig:
             raise ValueError(f"kind must be a model kind such as 'psmm' or 'lstm', got "
                              f"{self.kind!r}.")
         _check_choice("softmax", self.softmax, SOFTMAX_KINDS)
+        _check_choice("input_embedding", self.input_embedding, INPUT_EMBEDDINGS)
         for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
                      "switch_units", "num_sampled", "max_word_length"):
             _check_positive_int(name, getattr(self, name))

@@ -15,7 +15,8 @@ from psmm_tf import __version__, configs
 TRAIN_FLAGS = (
     "workdir", "preset", "dataset", "data_dir", "tfds_data_dir", "train_split", "valid_split",
     "test_split",
-    "min_count", "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim", "softmax",
+    "min_count", "max_vocab_size", "synthetic_train_tokens", "model", "embedding_dim",
+    "input_embedding", "softmax",
     "num_sampled", "hidden_dim", "num_layers", "window_size", "num_predicted", "bptt",
     "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",
     "optimizer", "learning_rate", "warmup_steps", "pointer_warmup_steps", "lr_decay", "dropout",

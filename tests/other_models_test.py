@@ -19,6 +19,7 @@ class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
         ("pointer_softmax", {"kind": "pointer_softmax"}),
         ("psmm_sampled_softmax", {"kind": "psmm", "softmax": "sampled", "num_sampled": 64}),
         ("lstm_cnn_softmax", {"kind": "lstm", "softmax": "cnn", "num_sampled": 64}),
+        ("psmm_char_inputs", {"kind": "psmm", "input_embedding": "chars"}),
     )
     def test_trains_evaluates_and_reloads(self, model_fields):
         workdir = self.get_temp_dir() + "/" + self._testMethodName
@@ -27,6 +28,7 @@ class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertTrue(math.isfinite(results["test_perplexity"]))
         model = keras.saving.load_model(workdir + "/model.keras")
         self.assertEqual(model.softmax, model_fields.get("softmax", "full"))
+        self.assertEqual(model.input_embedding, model_fields.get("input_embedding", "ids"))
         vocabulary = Vocabulary.load(workdir + "/vocab.txt")
         self.assertEqual(model.vocab_size, len(vocabulary))
 

@@ -63,6 +63,8 @@ CONFIG_FLAGS = (
     _F("model", ("model.kind",), "psmm (pointer sentinel-LSTM), lstm (softmax-only baseline, "
        "same backbone) or pointer_softmax (Gulcehre et al.'s switch instead of the sentinel)."),
     _F("embedding_dim", ("model.embedding_dim",), "Width of the word embedding.", "positive"),
+    _F("input_embedding", ("model.input_embedding",), "Input word embedding: ids (a table) or "
+       "chars (a character CNN of each word's spelling, Jozefowicz et al. 2016's CNN inputs)."),
     _F("softmax", ("model.softmax",), "Output layer: full softmax, importance-sampled (training "
        "only; exact in evaluation) or CNN softmax (Jozefowicz et al. 2016), for large "
        "vocabularies."),
@@ -143,6 +145,7 @@ _UNSET = {"tfds_data_dir": "unset (TFDS's default)",
 _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS,
             "data.valid_split": configs.SPLITS, "data.test_split": configs.SPLITS,
             "model.kind": registry.model_kinds(), "model.softmax": configs.SOFTMAX_KINDS,
+            "model.input_embedding": configs.INPUT_EMBEDDINGS,
             "train.pointer_memory": configs.POINTER_MEMORY_MODES,
             "train.optimizer": configs.OPTIMIZERS, "train.jit_compile": configs.JIT_COMPILE_MODES,
             "train.mixed_precision": configs.PRECISION_POLICIES}

@@ -1,5 +1,6 @@
 """Keras layers and mixture ops of the pointer sentinel mixture model and its relatives."""
 
+from psmm_tf.layers.char_cnn import CharacterEmbedding
 from psmm_tf.layers.cnn_softmax import CNNSoftmax
 from psmm_tf.layers.input_output_gate import InputOutputGate
 from psmm_tf.layers.locked_dropout import LockedDropout
@@ -19,6 +20,7 @@ from psmm_tf.layers.zoneout_lstm import ZoneoutLSTM
 
 __all__ = [
     "CNNSoftmax",
+    "CharacterEmbedding",
     "SampledSoftmax",
     "InputOutputGate",
     "LockedDropout",

@@ -1,40 +1,24 @@
 """CNN softmax: output word embeddings from a character CNN (Jozefowicz et al. 2016, §3.2)."""
 
 import keras
-import numpy as np
 from keras import ops
 
+from psmm_tf.layers.char_cnn import DEFAULT_FILTERS, CharacterCNN, word_characters
 from psmm_tf.layers.mixture import checked_ids
 from psmm_tf.layers.sampled_softmax import log_uniform_sample, sampled_target_log_prob
 
-# Character ids: 0 padding, 1 begin of word, 2 end of word, 3 + b for UTF-8 byte b.
-_PAD, _BEGIN, _END, _BYTE_OFFSET = 0, 1, 2, 3
-NUM_CHARACTER_IDS = _BYTE_OFFSET + 256
-
-
-def word_characters(words, max_word_length):
-    """Character-id matrix `(len(words), max_word_length)` of words spelled as UTF-8 bytes.
-
-    Each row is `[begin, bytes..., end, pad...]`; longer words keep their first bytes.
-    """
-    rows = np.zeros((len(words), max_word_length), np.int32)
-    for i, word in enumerate(words):
-        ids = [_BEGIN] + [_BYTE_OFFSET + b for b in word.encode("utf-8")][:max_word_length - 2]
-        ids.append(_END)
-        rows[i, :len(ids)] = ids
-    return rows
-
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
-class CNNSoftmax(keras.layers.Layer):
+class CNNSoftmax(CharacterCNN, keras.layers.Layer):
     """A softmax whose output embedding of word w is `CNN(chars(w)) + M corr_w`.
 
-    The character CNN (embedding, convolutions of several widths, max over time, a highway layer,
-    a projection to D) shares its parameters across words, so the output layer's size no longer
-    grows as `V x D`; the low-dimensional correction `corr_w` (`correction_dim` per word, projected
-    by `M`) restores the capacity to tell apart words that are spelled alike (Jozefowicz et al.
-    2016, "CNN Softmax"). Logits are `h . e_w + b_w`. Training uses `sampled_log_prob`, which
-    spells only the targets and `num_sampled` log-uniform samples; `call` gives full logits.
+    The character CNN (`CharacterCNN`: embedding, convolutions of several widths, max over
+    time, a highway layer, a projection to D) shares its parameters across words, so the output
+    layer's size no longer grows as `V x D`; the low-dimensional correction `corr_w`
+    (`correction_dim` per word, projected by `M`) restores the capacity to tell apart words
+    that are spelled alike (Jozefowicz et al. 2016, "CNN Softmax"). Logits are `h . e_w + b_w`.
+    Training uses `sampled_log_prob`, which spells only the targets and `num_sampled`
+    log-uniform samples; `call` gives full logits.
 
     Call `set_vocabulary(words)` once after construction (the spelling is a weight, saved with
     the model).
@@ -73,49 +57,22 @@ class CNNSoftmax(keras.layers.Layer):
     """
 
     def __init__(self, vocab_size, output_dim, num_sampled=1024, max_word_length=24,
-                 char_embedding_dim=16, filters=((1, 32), (2, 64), (3, 128), (4, 128), (5, 128)),
-                 correction_dim=128, seed=None, **kwargs):
+                 char_embedding_dim=16, filters=DEFAULT_FILTERS, correction_dim=128, seed=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.output_dim = output_dim
         self.num_sampled = num_sampled
-        self.max_word_length = max_word_length
-        self.char_embedding_dim = char_embedding_dim
-        self.filters = tuple(tuple(f) for f in filters)
         self.correction_dim = correction_dim
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
-        self.char_embedding = keras.layers.Embedding(NUM_CHARACTER_IDS, char_embedding_dim,
-                                                     name="char_embedding")
-        # Attributes, not a list: TF's checkpoint does not see layers in Keras 3 lists.
-        policy = self.dtype_policy  # the sub-layers compute as this layer does
-        for i, (width, count) in enumerate(self.filters):
-            setattr(self, f"conv_{i}", keras.layers.Conv1D(count, width, activation="tanh",
-                                                           name=f"conv_{width}", dtype=policy))
-        width = sum(count for _, count in self.filters)
-        self.highway_transform = keras.layers.Dense(width, activation="relu", name="highway",
-                                                    dtype=policy)
-        self.highway_gate = keras.layers.Dense(width, activation="sigmoid",
-                                               name="highway_gate", dtype=policy)
-        self.projection = keras.layers.Dense(output_dim, use_bias=False, name="projection",
-                                             dtype=policy)
-
-    @property
-    def convolutions(self):
-        """One convolution per `(width, count)` of `filters`."""
-        return [getattr(self, f"conv_{i}") for i in range(len(self.filters))]
+        self.create_character_cnn(output_dim, max_word_length, char_embedding_dim, filters)
 
     def build(self, input_shape=None):
         self.characters = self.add_weight(
             name="characters", shape=(self.vocab_size, self.max_word_length), dtype="int32",
             initializer="zeros", trainable=False)
-        self.char_embedding.build((None, None))
-        for conv in self.convolutions:
-            conv.build((None, self.max_word_length, self.char_embedding_dim))
-        width = sum(count for _, count in self.filters)
-        self.highway_transform.build((None, width))
-        self.highway_gate.build((None, width))
-        self.projection.build((None, width))
+        self.build_character_cnn()
         if self.correction_dim:
             self.correction = self.add_weight(
                 name="correction", shape=(self.vocab_size, self.correction_dim),
@@ -137,12 +94,7 @@ class CNNSoftmax(keras.layers.Layer):
 
     def word_embeddings(self, ids):
         """Output embeddings `(N, D)` of the words `ids` `(N,)`: CNN plus correction."""
-        chars = ops.take(self.characters, ids, axis=0)
-        x = self.char_embedding(chars)
-        pooled = ops.concatenate([ops.max(conv(x), axis=1) for conv in self.convolutions], -1)
-        gate = self.highway_gate(pooled)
-        highway = gate * self.highway_transform(pooled) + (1.0 - gate) * pooled
-        embeddings = self.projection(highway)
+        embeddings = self.encode_characters(ops.take(self.characters, ids, axis=0))
         if self.correction_dim:
             embeddings += ops.matmul(ops.take(self.correction, ids, axis=0),
                                      self.correction_projection)
@@ -173,8 +125,7 @@ class CNNSoftmax(keras.layers.Layer):
         config = super().get_config()
         config.update({
             "vocab_size": self.vocab_size, "output_dim": self.output_dim,
-            "num_sampled": self.num_sampled, "max_word_length": self.max_word_length,
-            "char_embedding_dim": self.char_embedding_dim, "filters": self.filters,
-            "correction_dim": self.correction_dim, "seed": self.seed,
+            "num_sampled": self.num_sampled, "correction_dim": self.correction_dim,
+            "seed": self.seed, **self.character_cnn_config(),
         })
         return config

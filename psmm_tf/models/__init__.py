@@ -26,7 +26,7 @@ for _module in pkgutil.iter_modules(__path__):
 
 # Fields of a `ModelConfig` that must equal the attribute of the same name of a loaded base model.
 _BASE_MODEL_FIELDS = ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
-                      "softmax")
+                      "softmax", "input_embedding")
 
 
 def build_model(model_config, preprocessor=None, dtype=None):
@@ -59,6 +59,8 @@ def build_model(model_config, preprocessor=None, dtype=None):
         zoneout=model_config.zoneout,
         seed=model_config.seed,
         init_scale=model_config.init_scale,
+        input_embedding=model_config.input_embedding,
+        max_word_length=model_config.max_word_length,
         name="backbone",
         dtype=dtype,
     )

@@ -4,7 +4,8 @@ import keras
 import keras_hub
 from keras import ops
 
-from psmm_tf.layers import LockedDropout, ZoneoutLSTM, checked_ids
+from psmm_tf.configs import INPUT_EMBEDDINGS
+from psmm_tf.layers import CharacterEmbedding, LockedDropout, ZoneoutLSTM, checked_ids
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
@@ -30,6 +31,12 @@ class LSTMBackbone(keras_hub.models.Backbone):
             [-0.1, 0.1], Glorot kernels, orthogonal recurrent kernels, forget-gate bias 1). A
             value `s`: every weight uniform in `[-s, s]` and every bias 0 (Zaremba et al. 2014:
             0.1 small, 0.05 medium, 0.04 large); the tasks' vocabulary head follows it.
+        input_embedding: "ids" (a table of `vocab_size x embedding_dim` weights) or "chars"
+            (`CharacterEmbedding`: the character CNN of each word's spelling, Jozefowicz et
+            al.'s "CNN inputs"; the task's `set_vocabulary` spells the vocabulary, and
+            `token_chars` spells the words the ids hold as `<unk>`). `init_scale` does not
+            apply to the character CNN (Glorot initialisers, seeded from `seed`).
+        max_word_length: int. Characters kept per word with "chars", markers included.
         dtype: optional Keras dtype policy (e.g. "mixed_bfloat16"), of the backbone, every
             layer in it and the task's head; None: the global policy. The carried state has
             its compute dtype.
@@ -42,6 +49,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
         token_mask: optional bool `(batch_size, T)`; False positions leave the state unchanged.
         training: bool.
         state_index: optional static int; the returned state is the one after that step.
+        token_chars: optional int `(batch_size, T, max_word_length)` with "chars": the
+            spelling of each position (`psmm_tf.layers.char_cnn.word_characters` rows).
 
     Returns:
         `(hidden, state)`: the last layer's outputs `(batch_size, T, hidden_dim)` (no dropout on
@@ -61,11 +70,15 @@ class LSTMBackbone(keras_hub.models.Backbone):
     """
 
     def __init__(self, vocab_size, embedding_dim, hidden_dim, num_layers, input_dropout=0.0,
-                 hidden_dropout=0.0, zoneout=0.0, seed=None, init_scale=None, **kwargs):
+                 hidden_dropout=0.0, zoneout=0.0, seed=None, init_scale=None,
+                 input_embedding="ids", max_word_length=24, **kwargs):
         super().__init__(**kwargs)
         if init_scale is not None and not 0.0 < init_scale < float("inf"):
             raise ValueError(f"init_scale must be a finite number > 0 or None, got "
                              f"{init_scale!r}.")
+        if input_embedding not in INPUT_EMBEDDINGS:
+            raise ValueError(f"input_embedding must be one of {INPUT_EMBEDDINGS}, got "
+                             f"{input_embedding!r}.")
         self.vocab_size = vocab_size
         self.embedding_dim = embedding_dim
         self.hidden_dim = hidden_dim
@@ -75,6 +88,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
         self.zoneout = zoneout
         self.seed = seed
         self.init_scale = init_scale
+        self.input_embedding = input_embedding
+        self.max_word_length = max_word_length
 
         def sub_seed(offset):
             return None if seed is None else seed + offset
@@ -87,12 +102,17 @@ class LSTMBackbone(keras_hub.models.Backbone):
         # Every layer computes under the backbone's policy, also when it is rebuilt from a
         # config under another global policy.
         policy = self.dtype_policy
-        self.embedding = keras.layers.Embedding(
-            vocab_size, embedding_dim,
-            embeddings_initializer=uniform(
-                lambda seed: keras.initializers.RandomUniform(-0.1, 0.1, seed=seed), 0),
-            name="embedding", dtype=policy,
-        )
+        if input_embedding == "chars":
+            self.embedding = CharacterEmbedding(
+                vocab_size, embedding_dim, max_word_length=max_word_length,
+                seed=sub_seed(50), name="embedding", dtype=policy)
+        else:
+            self.embedding = keras.layers.Embedding(
+                vocab_size, embedding_dim,
+                embeddings_initializer=uniform(
+                    lambda seed: keras.initializers.RandomUniform(-0.1, 0.1, seed=seed), 0),
+                name="embedding", dtype=policy,
+            )
         # Each sub-layer is an attribute of its own: TensorFlow's checkpoints do not see layers
         # that Keras 3 keeps in a list, so a checkpoint would miss them and their RNG states.
         for i in range(num_layers):
@@ -124,7 +144,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
         return [getattr(self, f"locked_dropout_{i}") for i in range(self.num_layers)]
 
     def build(self, input_shape=None):
-        self.embedding.build((None, None))
+        if not self.embedding.built:
+            self.embedding.build((None, None))
         input_dim = self.embedding_dim
         for layer, dropout in zip(self.lstm_layers, self.dropouts):
             dropout.build((None, None, input_dim))
@@ -136,8 +157,14 @@ class LSTMBackbone(keras_hub.models.Backbone):
         """The all-zero state: a tuple of `num_layers` pairs `(h, c)`."""
         return tuple(layer.zero_state(batch_size) for layer in self.lstm_layers)
 
+    def set_vocabulary(self, words):
+        """Spells the vocabulary (V strings, index = id) for the "chars" input embedding; a
+        no-op with "ids"."""
+        if self.input_embedding == "chars":
+            self.embedding.set_vocabulary(list(words))
+
     def call(self, token_ids, initial_state=None, token_mask=None, training=False,
-             state_index=None):
+             state_index=None, token_chars=None):
         # Checked where the ids are concrete (eager); compiled steps rely on their callers.
         token_ids = checked_ids("token_ids", token_ids, self.vocab_size)
         if initial_state is None:
@@ -147,7 +174,11 @@ class LSTMBackbone(keras_hub.models.Backbone):
                 f"initial_state must hold one (h, c) pair per layer ({self.num_layers}), "
                 f"got {len(initial_state)}."
             )
-        x = self.embedding(token_ids)
+        if token_chars is not None and self.input_embedding != "chars":
+            raise ValueError("token_chars needs input_embedding='chars'; this backbone embeds "
+                             "ids.")
+        x = (self.embedding(token_ids, token_chars=token_chars)
+             if self.input_embedding == "chars" else self.embedding(token_ids))
         final_state = []
         for layer, dropout, layer_state in zip(self.lstm_layers, self.dropouts, initial_state):
             x = dropout(x, training=training)
@@ -171,6 +202,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
                 "zoneout": self.zoneout,
                 "seed": self.seed,
                 "init_scale": self.init_scale,
+                "input_embedding": self.input_embedding,
+                "max_word_length": self.max_word_length,
             }
         )
         return config

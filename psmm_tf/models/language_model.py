@@ -213,6 +213,9 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         targets: optional int `(batch_size, T)`. With a sampled or CNN softmax in training, the
             output holds `target_vocab_log_prob` (a sampled estimate, `(batch_size, T)`) instead
             of `vocab_logits`, so no `(batch_size, T, V)` tensor is formed.
+        token_chars: optional int `(batch_size, C + T, max_word_length)`: each input word's
+            spelling, for a backbone with `input_embedding="chars"` (a word outside the
+            vocabulary, held as `<unk>` in `token_ids`, is read from its characters).
         training: bool.
 
     Output dropout regularises the vocabulary softmax only: its input is the last layer's
@@ -286,6 +289,7 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
     embedding_dim = property(lambda self: self.backbone.embedding_dim)
     hidden_dim = property(lambda self: self.backbone.hidden_dim)
     num_layers = property(lambda self: self.backbone.num_layers)
+    input_embedding = property(lambda self: self.backbone.input_embedding)
 
     @property
     def memory_size(self):
@@ -317,13 +321,15 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         }
 
     def set_vocabulary(self, words):
-        """Gives the softmax the vocabulary's words (needed by the CNN softmax only)."""
+        """Gives the model the vocabulary's words (V strings, index = id), which the CNN
+        softmax and the character input embedding spell; a no-op for the others."""
         if self.softmax == "cnn":
             self.vocab_head.set_vocabulary(list(words))
-            self.reset_compiled_functions()
+        self.backbone.set_vocabulary(words)
+        self.reset_compiled_functions()
 
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
-             targets=None, training=False):
+             targets=None, training=False, token_chars=None):
         if isinstance(token_ids, dict):  # keras-hub's inputs
             if token_mask is None:
                 token_mask = token_ids.get("padding_mask")
@@ -344,6 +350,7 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         hidden, new_state = self.backbone(
             token_ids, initial_state=state, token_mask=token_mask, training=training,
             state_index=num_predicted - 1 if isinstance(num_predicted, int) else None,
+            token_chars=token_chars,
         )
         c = context_length
         query_hidden = hidden[:, c:]

@@ -13,15 +13,21 @@ def lstm_lm_parameter_count(vocab_size, embedding_dim, hidden_dim, num_layers):
     return embedding + lstm + softmax
 
 
-def cnn_softmax_parameter_count(vocab_size, hidden_dim, char_embedding_dim=16,
-                                filters=((1, 32), (2, 64), (3, 128), (4, 128), (5, 128)),
-                                correction_dim=128, num_character_ids=259):
-    """Weights of `CNNSoftmax` with its default sizes: the part that replaces `D x V + V`."""
+def char_cnn_parameter_count(output_dim, char_embedding_dim=16,
+                             filters=((1, 32), (2, 64), (3, 128), (4, 128), (5, 128)),
+                             num_character_ids=259):
+    """Weights of a `CharacterCNN` with its default sizes: character table, convolutions,
+    highway (transform and gate) and the projection to `output_dim` (no bias)."""
     width = sum(count for _, count in filters)
     count = num_character_ids * char_embedding_dim
     count += sum(w * char_embedding_dim * c + c for w, c in filters)
-    count += 2 * (width * width + width)  # highway transform and gate
-    count += width * hidden_dim  # projection, no bias
+    count += 2 * (width * width + width)
+    return count + width * output_dim
+
+
+def cnn_softmax_parameter_count(vocab_size, hidden_dim, correction_dim=128):
+    """Weights of `CNNSoftmax` with its default sizes: the part that replaces `D x V + V`."""
+    count = char_cnn_parameter_count(hidden_dim)
     count += vocab_size * correction_dim + correction_dim * hidden_dim
     return count + vocab_size  # per-word bias
 
@@ -35,7 +41,7 @@ def expected_parameter_count(model_config):
     """Trainable parameters a `ModelConfig` builds: the LSTM LM plus the task's head (for PSMM
     the pointer's `H^2 + 2H`; each task class's `head_parameter_count`).
 
-    The CNN softmax's table of word spellings is a constant and not counted.
+    The tables of word spellings (CNN softmax, character inputs) are constants, not counted.
     """
     from psmm_tf.models.registry import model_class  # local: the task classes import this
 
@@ -44,6 +50,9 @@ def expected_parameter_count(model_config):
     if model_config.softmax == "cnn":
         count -= model_config.hidden_dim * model_config.vocab_size + model_config.vocab_size
         count += cnn_softmax_parameter_count(model_config.vocab_size, model_config.hidden_dim)
+    if model_config.input_embedding == "chars":
+        count -= model_config.vocab_size * model_config.embedding_dim
+        count += char_cnn_parameter_count(model_config.embedding_dim)
     return count + model_class(model_config.kind).head_parameter_count(model_config)
 
 

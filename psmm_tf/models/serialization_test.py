@@ -8,6 +8,7 @@ import psmm_tf
 from psmm_tf import testing
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.layers import (
+    CharacterEmbedding,
     CNNSoftmax,
     InputOutputGate,
     LockedDropout,
@@ -42,6 +43,8 @@ INSTANCES = {
     "PointerSoftmax": lambda: PointerSoftmax(5, switch_units=4),
     "SampledSoftmax": lambda: SampledSoftmax(len(WORDS), num_sampled=3, seed=1),
     "CNNSoftmax": lambda: CNNSoftmax(len(WORDS), 8, num_sampled=3, max_word_length=6),
+    "CharacterEmbedding": lambda: CharacterEmbedding(len(WORDS), 8, max_word_length=6,
+                                                     filters=((1, 4), (2, 4)), seed=2),
     "InputOutputGate": lambda: InputOutputGate(len(WORDS), embedding_dim=4, dropout=0.2),
     "PointerSentinelLoss": lambda: PointerSentinelLoss(pointer_weight=0.5),
     "LSTMBackbone": _backbone,
