@@ -99,6 +99,12 @@ class ModelConfig:
     # Dropout on the gate's embedding in training (Takase et al.: 0.5); with base_model only.
     gate_dropout: float = 0.5
 
+    @property
+    def spelling_length(self):
+        """Characters per word of the corpus's spellings the model reads (`max_word_length`
+        with character inputs), or None: the model reads ids only."""
+        return self.max_word_length if self.input_embedding == "chars" else None
+
     def __post_init__(self):
         # The kinds are the registered task classes (psmm_tf/models/registry.py, which imports
         # this module): `build_model` and the trainers' flags check the kind against them.

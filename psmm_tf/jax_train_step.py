@@ -107,7 +107,7 @@ class JaxTrainStep:
         outputs, non_trainable = self.model.stateless_call(
             trainable, non_trainable, batch["token_ids"], token_mask=batch["token_mask"],
             state=state, memory=memory, context_length=self.context_length, targets=targets,
-            training=True)
+            training=True, token_chars=batch.get("token_chars"))
         objective, pointer_part, gate = per_target_losses(self.model, outputs, targets,
                                                           self.pointer_weight)
         sums = window_sums(objective, pointer_part, gate, weights)

@@ -1,6 +1,7 @@
 """End to end through the trainer: the seed papers' options (issue 6) on the synthetic corpus."""
 
 import math
+import os
 
 import keras
 import numpy as np
@@ -9,7 +10,8 @@ from absl.testing import parameterized
 from train_testlib import tiny_config
 
 from psmm_tf.data import Vocabulary, evaluation_windows, load_splits
-from psmm_tf.evaluation import cache_grid_search
+from psmm_tf.data.corpus_setup import load_corpus
+from psmm_tf.evaluation import Evaluator, cache_grid_search
 from psmm_tf.training import train_lib
 
 
@@ -31,6 +33,33 @@ class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(model.input_embedding, model_fields.get("input_embedding", "ids"))
         vocabulary = Vocabulary.load(workdir + "/vocab.txt")
         self.assertEqual(model.vocab_size, len(vocabulary))
+
+    def test_character_inputs_read_words_outside_the_vocabulary(self):
+        # A text corpus whose rare words (count 1 in train, min_count 2) are <unk> to the ids.
+        data_dir = self.get_temp_dir() + "/rare_words"
+        os.makedirs(data_dir)
+        rng = np.random.default_rng(0)
+        common = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
+        for split, size in (("train", 3000), ("valid", 600), ("test", 600)):
+            words = [common[i] if i < len(common) else f"w{split}{i}{rng.integers(1000)}"
+                     for i in rng.integers(0, len(common) + 2, size)]
+            with open(f"{data_dir}/{split}.txt", "w") as f:
+                f.write(" ".join(words) + "\n")
+        config = tiny_config(steps_per_epoch=6).replace(
+            model={"input_embedding": "chars", "max_word_length": 12},
+            data={"dataset": "text", "data_dir": data_dir, "min_count": 2})
+        workdir = self.get_temp_dir() + "/chars_text"
+        results = train_lib.run(config, workdir, verbose=0)
+        model = keras.saving.load_model(workdir + "/model.keras")
+        corpus = load_corpus(config.data, vocabulary=Vocabulary.load(workdir + "/vocab.txt"),
+                             max_word_length=12)
+        ids, spelling = corpus.ids["test"][:300], corpus.spellings["test"][:300]
+        self.assertGreater(np.mean(ids == 0), 0.1)  # many <unk> inputs
+        evaluator = Evaluator(model, batch_size=1, length=50)
+        spelled = evaluator.evaluate(ids, spelling=spelling).perplexity
+        # The trainer's test number is the spelled one; reading <unk> instead changes it.
+        self.assertAlmostEqual(results["test_perplexity"], spelled, places=3)
+        self.assertGreater(abs(evaluator.evaluate(ids).perplexity - spelled), 1e-3)
 
     def test_neural_cache_on_a_trained_lstm(self):
         workdir = self.get_temp_dir() + "/lstm"

@@ -11,6 +11,7 @@ import numpy as np
 
 from psmm_tf.data import synthetic, tfds_corpus
 from psmm_tf.data.corpus import load_splits
+from psmm_tf.data.spelling import spell_splits
 from psmm_tf.data.synthetic import write_synthetic_splits
 from psmm_tf.data.vocabulary import Vocabulary
 
@@ -29,12 +30,16 @@ class Corpus:
             frequencies of the paper's Figure 4 buckets).
         data_dir: Path. Where the corpus files are (the prepared TFDS dataset where a real
             corpus was downloaded, not read from a data_dir).
+        spellings: dict role -> `psmm_tf.data.spelling.Spelling` (each token's characters, a
+            word outside the vocabulary included), for models with character inputs; None
+            unless `load_corpus` was given `max_word_length`.
     """
 
     vocabulary: Vocabulary
     ids: dict
     train_counts: np.ndarray
     data_dir: Path
+    spellings: dict | None = None
 
 
 def synthetic_directory(data_config, scratch_dir):
@@ -108,7 +113,7 @@ def ensure_synthetic_splits(directory, data_config):
         raise
 
 
-def load_corpus(data_config, scratch_dir=None, vocabulary=None):
+def load_corpus(data_config, scratch_dir=None, vocabulary=None, max_word_length=None):
     """Reads (or, for "synthetic", first writes into `scratch_dir`) a corpus; encodes its splits.
 
     The real corpora (ptb, wikitext2, wikitext103, text) go through their TFDS builders
@@ -123,6 +128,8 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None):
             "synthetic" uses the generator's `vocab.txt` (training words plus held-out names),
             every other dataset `Vocabulary.build` over the training role's tokens with
             `min_count` and `max_vocab_size`.
+        max_word_length: optional int. Also spell every token (`Corpus.spellings`) with this
+            many characters per word, for a model with character inputs.
 
     Returns:
         A `Corpus`.
@@ -154,9 +161,10 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None):
     if vocabulary is None:
         vocabulary = Vocabulary.build(tokens[roles["train"]], min_count=data_config.min_count,
                                       max_size=data_config.max_vocab_size)
-    encoded = {}
-    for role, split in roles.items():
-        if split in tokens:
-            encoded[role] = vocabulary.encode(tokens[split])
+    present = {role: tokens[split] for role, split in roles.items() if split in tokens}
+    encoded = {role: vocabulary.encode(split) for role, split in present.items()}
+    spellings = (None if max_word_length is None
+                 else spell_splits(present, vocabulary, max_word_length))
     counts = np.bincount(encoded["train"], minlength=len(vocabulary)).astype(np.int64)
-    return Corpus(vocabulary=vocabulary, ids=encoded, train_counts=counts, data_dir=directory)
+    return Corpus(vocabulary=vocabulary, ids=encoded, train_counts=counts, data_dir=directory,
+                  spellings=spellings)

@@ -36,6 +36,12 @@ def _check_ids(ids) -> np.ndarray:
     return array.astype(np.int32, copy=False)
 
 
+def _check_spelling(spelling, ids) -> None:
+    if spelling is not None and len(spelling) != len(ids):
+        raise ValueError(f"spelling spells {len(spelling)} tokens; ids has {len(ids)}: give "
+                         "the Spelling of the same tokens (sliced as they are).")
+
+
 def _check_int(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an int, got {value!r}.")
@@ -91,6 +97,7 @@ def training_windows(
     num_predicted: int,
     *,
     shuffle_offset_seed: Optional[int] = None,
+    spelling=None,
 ) -> tf.data.Dataset:
     """Training windows: C context positions followed by T predicted positions, shift T.
 
@@ -114,6 +121,8 @@ def training_windows(
         context_length: int >= 0. Context positions C before the predicted ones.
         num_predicted: int >= 1. Predicted positions T per window, also the shift.
         shuffle_offset_seed: optional int. Enables the per-epoch random start offset.
+        spelling: optional `psmm_tf.data.spelling.Spelling` of the same tokens: the windows
+            also hold `token_chars` int32 [B, C + T, max_word_length] (zeros where masked).
 
     Returns:
         tf.data.Dataset of dicts: `token_ids` int32 [B, C + T], `token_mask` bool [B, C + T],
@@ -124,6 +133,7 @@ def training_windows(
         ValueError: for a bad argument, or too few ids for one window.
     """
     ids = _check_ids(ids)
+    _check_spelling(spelling, ids)
     batch_size = _check_int(batch_size, "batch_size", 1)
     context_length = _check_int(context_length, "context_length", 0)
     num_predicted = _check_int(num_predicted, "num_predicted", 1)
@@ -138,6 +148,9 @@ def training_windows(
     n = stream_length(len(ids), batch_size)
     window_size = context_length + num_predicted
     ids_tensor = tf.constant(ids, tf.int32)
+    if spelling is not None:
+        spelling_ids = tf.constant(spelling.ids, tf.int32)
+        spelling_table = tf.constant(spelling.table, tf.int32)
     stream_starts = tf.constant(np.arange(batch_size, dtype=np.int64)[:, None] * n)  # [B, 1]
     relative = tf.range(-context_length, num_predicted, dtype=tf.int64)  # [C + T]
     target_relative = tf.range(1, num_predicted + 1, dtype=tf.int64)  # [T]
@@ -152,12 +165,18 @@ def training_windows(
         gathered = tf.gather(ids_tensor, stream_starts + tf.maximum(positions, 0)[None, :])
         token_ids = tf.where(mask[None, :], gathered, tf.zeros_like(gathered))
         targets = tf.gather(ids_tensor, stream_starts + (start + target_relative)[None, :])
-        return {
+        window = {
             "token_ids": tf.ensure_shape(token_ids, [batch_size, window_size]),
             "token_mask": tf.broadcast_to(mask[None, :], [batch_size, window_size]),
             "targets": tf.ensure_shape(targets, [batch_size, num_predicted]),
             "target_weights": tf.ones([batch_size, num_predicted], tf.float32),
         }
+        if spelling is not None:
+            spelled = tf.gather(spelling_ids, stream_starts + tf.maximum(positions, 0)[None, :])
+            spelled = tf.where(mask[None, :], spelled, tf.zeros_like(spelled))
+            chars = tf.gather(spelling_table, spelled) * tf.cast(mask, tf.int32)[None, :, None]
+            window["token_chars"] = tf.ensure_shape(chars, [batch_size, window_size, None])
+        return window
 
     windows = tf.data.Dataset.range(num_windows)
     if shuffled:
@@ -197,7 +216,8 @@ def evaluation_steps(num_ids: int, batch_size: int, length: int) -> int:
     return -(-n // length)
 
 
-def evaluation_windows(ids, batch_size: int = 1, length: int = 100) -> tf.data.Dataset:
+def evaluation_windows(ids, batch_size: int = 1, length: int = 100,
+                       spelling=None) -> tf.data.Dataset:
     """Evaluation windows: every target of the split exactly once, C = 0, padded at the end.
 
     The split is cut into B streams of n = ceil((len(ids) - 1) / B) input positions (the last
@@ -212,6 +232,8 @@ def evaluation_windows(ids, batch_size: int = 1, length: int = 100) -> tf.data.D
         ids: array-like of int, 1-D, at least 2 ids.
         batch_size: int >= 1. Number of streams B.
         length: int >= 1. Positions per window T.
+        spelling: optional `Spelling` of the same tokens: windows also hold `token_chars`
+            int32 [B, T, max_word_length] (zeros at padding).
 
     Returns:
         tf.data.Dataset of dicts with the keys of `training_windows`: `token_ids` int32 [B, T],
@@ -219,6 +241,7 @@ def evaluation_windows(ids, batch_size: int = 1, length: int = 100) -> tf.data.D
         Cardinality `evaluation_steps(len(ids), B, length)`.
     """
     ids = _check_ids(ids)
+    _check_spelling(spelling, ids)
     batch_size = _check_int(batch_size, "batch_size", 1)
     length = _check_int(length, "length", 1)
     if len(ids) < 2:
@@ -237,4 +260,6 @@ def evaluation_windows(ids, batch_size: int = 1, length: int = 100) -> tf.data.D
         "targets": np.where(valid, ids[safe + 1], 0).astype(np.int32),
         "target_weights": valid.astype(np.float32),
     }
+    if spelling is not None:
+        features["token_chars"] = spelling.characters(safe) * valid[..., None]
     return tf.data.Dataset.from_tensor_slices(features).prefetch(tf.data.AUTOTUNE)

@@ -73,7 +73,8 @@ class Evaluator:
         self.length = length
         self._step = tf.function(self._scores, jit_compile=jit_compile)
 
-    def evaluate(self, ids, max_tokens=None, collect=False, attention_positions=()):
+    def evaluate(self, ids, max_tokens=None, collect=False, attention_positions=(),
+                 spelling=None):
         """Evaluates the model on `ids`.
 
         Args:
@@ -82,6 +83,8 @@ class Evaluator:
             collect: bool. Keep per-target `nll` and `gate` arrays.
             attention_positions: iterable of target indices j (predicting ids[j + 1]) whose
                 pointer attention over the window is kept (models with a pointer only).
+            spelling: optional `psmm_tf.data.spelling.Spelling` of `ids`, for a model with
+                character inputs: words outside the vocabulary are read from their characters.
 
         Returns:
             An `EvaluationResult`.
@@ -89,6 +92,7 @@ class Evaluator:
         ids = np.asarray(ids)
         if max_tokens is not None:
             ids = ids[:max_tokens]
+            spelling = None if spelling is None else spelling[:max_tokens]
         num_targets = len(ids) - 1
         wanted = {int(p) for p in attention_positions}
         stream = -(-num_targets // self.batch_size)  # targets per stream (the last may be short)
@@ -99,7 +103,8 @@ class Evaluator:
         nll = np.zeros(num_targets) if collect else None
         gate = np.zeros(num_targets, np.float32) if collect else None
         attention = {}
-        windows = evaluation_windows(ids, batch_size=self.batch_size, length=self.length)
+        windows = evaluation_windows(ids, batch_size=self.batch_size, length=self.length,
+                                     spelling=spelling)
         for k, batch in enumerate(windows):
             log_probs, gates, state, memory, extra = self._step(batch, state, memory)
             weights = batch["target_weights"].numpy()
@@ -140,7 +145,7 @@ class Evaluator:
     def _scores(self, batch, state, memory):
         scores, outputs = self.model.score_step(
             batch["token_ids"], batch["targets"], batch["token_mask"], state, memory,
-            target_mask=batch["target_weights"] > 0)
+            target_mask=batch["target_weights"] > 0, token_chars=batch.get("token_chars"))
         log_probs, gate = scores["log_probs"], scores["gate"]
         extra = {}
         if "attention" in outputs:

@@ -68,19 +68,20 @@ def compose(current, fitted):
     return (fitted[0] * scale, fitted[0] * bias + fitted[1])
 
 
-def calibrate_gate(model, ids, length=100):
+def calibrate_gate(model, ids, length=100, spelling=None):
     """Fits the gate of `model` on the text `ids` and sets the result on the model.
 
     Args:
         model: a `PointerSentinelLM`.
         ids: int `(N,)`, held-out text (a validation split; never the text it is scored on).
         length: int. Window length of the pass (speed only).
+        spelling: optional `Spelling` of `ids` (a model with character inputs).
 
     Returns:
         As `calibrate_from_records`.
     """
     return calibrate_from_records(model, pointer_diagnostics.collect_pointer_records(
-        model, ids, length=length, thetas=(1.0,)))
+        model, ids, length=length, thetas=(1.0,), spelling=spelling))
 
 
 def calibrate_from_records(model, records):

@@ -49,7 +49,7 @@ def has_sentinel_pointer(model):
     return hasattr(getattr(model, "pointer", None), "sentinel")
 
 
-def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS):
+def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS, spelling=None):
     """One exact pass (batch 1, state and memory carried) keeping what the diagnostics need.
 
     Args:
@@ -57,6 +57,7 @@ def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS):
         ids: int `(N,)`. The text.
         length: int. Window length of a step (speed only).
         thetas: the Grave cache flatness values to score.
+        spelling: optional `Spelling` of `ids` (a model with character inputs).
 
     Returns:
         dict of per-target float64 arrays `(N - 1,)` in text order: `vocab_log_prob`,
@@ -80,7 +81,7 @@ def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS):
     parts = {key: [] for key in ("vocab_log_prob", "log_prob", "gate", "pointer_mass",
                                  "cache_prob", "has_history")}
     query_sum, query_square_sum = np.zeros(model.hidden_dim), 0.0
-    for batch in evaluation_windows(ids, batch_size=1, length=length):
+    for batch in evaluation_windows(ids, batch_size=1, length=length, spelling=spelling):
         out, state, memory, cache = step(batch, state, memory, cache)
         valid = batch["target_weights"].numpy()[0] > 0
         for key in parts:
@@ -101,7 +102,8 @@ def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS):
 def _diagnostic_step(model, batch, state, memory, cache, thetas, window):
     valid = batch["target_weights"] > 0
     scores, outputs = model.score_step(batch["token_ids"], batch["targets"],
-                                       batch["token_mask"], state, memory, target_mask=valid)
+                                       batch["token_mask"], state, memory, target_mask=valid,
+                                       token_chars=batch.get("token_chars"))
     mask = batch["token_mask"]
     targets = tf.where(valid, batch["targets"], 0)
     query = model.pointer.query(outputs["hidden"])

@@ -19,6 +19,12 @@ def model_label(model_config):
     return model_config.kind + suffix
 
 
+def _spelling(run, split, ids):
+    """The spelling of `ids` (the first tokens of `split`) for a model with character inputs."""
+    spellings = run.corpus.spellings
+    return None if spellings is None else spellings[split][:len(ids)]
+
+
 def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
                       max_tokens=None, batch_size=1, length=None, num_buckets=10,
                       bucket_by="types", positions=None, num_examples=8, cache=None,
@@ -82,9 +88,9 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     evaluator = Evaluator(run.model, batch_size=batch_size, length=length)
     if has_pointer and positions is None:
         # A first pass finds where the pointer took the most mass, a second keeps attention.
-        first = evaluator.evaluate(ids, collect=True)
+        first = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids))
         positions = figures.choose_positions(first.gate, in_window, num_examples)
-    result = evaluator.evaluate(ids, collect=True,
+    result = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids),
                                 attention_positions=(positions or ()) if has_pointer else ())
     bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
     metrics = {
@@ -100,7 +106,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
                                f"than {workdir}; the frequency comparison needs the same one.")
         other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
-            ids, collect=True)
+            ids, collect=True, spelling=_spelling(baseline, split, ids))
         rows = analysis.bucket_comparison(targets, result.nll, other.nll, bucket_of,
                                           run.corpus.train_counts, num_buckets)
         names = (model_label(run.config.model), model_label(baseline.config.model))

@@ -8,28 +8,12 @@ embeddings ("CNN inputs"), each with parameters of its own.
 """
 
 import keras
-import numpy as np
 from keras import ops
 
+from psmm_tf.data.spelling import NUM_CHARACTER_IDS, word_characters
 from psmm_tf.layers.mixture import checked_ids
 
-# Character ids: 0 padding, 1 begin of word, 2 end of word, 3 + b for UTF-8 byte b.
-_PAD, _BEGIN, _END, _BYTE_OFFSET = 0, 1, 2, 3
-NUM_CHARACTER_IDS = _BYTE_OFFSET + 256
 DEFAULT_FILTERS = ((1, 32), (2, 64), (3, 128), (4, 128), (5, 128))
-
-
-def word_characters(words, max_word_length):
-    """Character-id matrix `(len(words), max_word_length)` of words spelled as UTF-8 bytes.
-
-    Each row is `[begin, bytes..., end, pad...]`; longer words keep their first bytes.
-    """
-    rows = np.zeros((len(words), max_word_length), np.int32)
-    for i, word in enumerate(words):
-        ids = [_BEGIN] + [_BYTE_OFFSET + b for b in word.encode("utf-8")][:max_word_length - 2]
-        ids.append(_END)
-        rows[i, :len(ids)] = ids
-    return rows
 
 
 class CharacterCNN:
@@ -47,16 +31,21 @@ class CharacterCNN:
     """
 
     def create_character_cnn(self, output_dim, max_word_length, char_embedding_dim, filters,
-                             seed=None):
+                             seed=None, init_scale=None, highway_gate_bias=0.0):
         """Creates the sub-layers under the layer's dtype policy; `seed` seeds their
-        initialisers (None: Keras' unseeded defaults)."""
+        initialisers (None: Keras' unseeded defaults), `init_scale` (optional) draws every
+        weight uniform in `[-s, s]` instead, and `highway_gate_bias` starts the highway's gate
+        bias (Kim et al.: -2, so the layer first carries `p` through)."""
         self.max_word_length = max_word_length
         self.char_embedding_dim = char_embedding_dim
         self.filters = tuple(tuple(f) for f in filters)
 
         def init(default, offset):
+            offset_seed = None if seed is None else seed + offset
+            if init_scale is not None:
+                return keras.initializers.RandomUniform(-init_scale, init_scale, offset_seed)
             return default if seed is None else keras.initializers.get(
-                {"class_name": default, "config": {"seed": seed + offset}})
+                {"class_name": default, "config": {"seed": offset_seed}})
 
         policy = self.dtype_policy  # the sub-layers compute as the layer does
         self.char_embedding = keras.layers.Embedding(
@@ -73,7 +62,8 @@ class CharacterCNN:
             kernel_initializer=init("GlorotUniform", 20))
         self.highway_gate = keras.layers.Dense(
             width, activation="sigmoid", name="highway_gate", dtype=policy,
-            kernel_initializer=init("GlorotUniform", 21))
+            kernel_initializer=init("GlorotUniform", 21),
+            bias_initializer=keras.initializers.Constant(highway_gate_bias))
         self.projection = keras.layers.Dense(
             output_dim, use_bias=False, name="projection", dtype=policy,
             kernel_initializer=init("GlorotUniform", 22))
@@ -123,6 +113,9 @@ class CharacterEmbedding(CharacterCNN, keras.layers.Layer):
         char_embedding_dim: int. Width of the character embedding.
         filters: sequence of `(width, count)` convolution filters.
         seed: optional int. Seed of the initialisers.
+        init_scale: optional float > 0: every weight uniform in `[-s, s]` (Zaremba's and Kim
+            et al.'s initialisation); None: Glorot kernels.
+        highway_gate_bias: float. Initial bias of the highway's gate (Kim et al.: -2).
 
     Call arguments:
         token_ids: int `(batch_size, T)` in `[0, V)`.
@@ -136,7 +129,7 @@ class CharacterEmbedding(CharacterCNN, keras.layers.Layer):
     ```python
     import numpy as np
     from psmm_tf.layers import CharacterEmbedding
-    from psmm_tf.layers.char_cnn import word_characters
+    from psmm_tf.data.spelling import word_characters
 
     embedding = CharacterEmbedding(vocab_size=3, output_dim=32, max_word_length=12)
     embedding.set_vocabulary(["<unk>", "the", "cat"])
@@ -151,13 +144,17 @@ class CharacterEmbedding(CharacterCNN, keras.layers.Layer):
     """
 
     def __init__(self, vocab_size, output_dim, max_word_length=24, char_embedding_dim=16,
-                 filters=DEFAULT_FILTERS, seed=None, **kwargs):
+                 filters=DEFAULT_FILTERS, seed=None, init_scale=None, highway_gate_bias=-2.0,
+                 **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.output_dim = output_dim
         self.seed = seed
+        self.init_scale = init_scale
+        self.highway_gate_bias = highway_gate_bias
         self.create_character_cnn(output_dim, max_word_length, char_embedding_dim, filters,
-                                  seed=seed)
+                                  seed=seed, init_scale=init_scale,
+                                  highway_gate_bias=highway_gate_bias)
 
     def build(self, input_shape=None):
         self.characters = self.add_weight(
@@ -184,5 +181,7 @@ class CharacterEmbedding(CharacterCNN, keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"vocab_size": self.vocab_size, "output_dim": self.output_dim,
-                       "seed": self.seed, **self.character_cnn_config()})
+                       "seed": self.seed, "init_scale": self.init_scale,
+                       "highway_gate_bias": self.highway_gate_bias,
+                       **self.character_cnn_config()})
         return config

@@ -5,8 +5,8 @@ import keras
 import numpy as np
 
 from psmm_tf import testing
+from psmm_tf.data.spelling import NUM_CHARACTER_IDS, word_characters
 from psmm_tf.layers import CharacterEmbedding
-from psmm_tf.layers.char_cnn import NUM_CHARACTER_IDS, word_characters
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat"]
 FILTERS = ((1, 3), (2, 4), (3, 5))

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from psmm_tf.layers.char_cnn import DEFAULT_FILTERS, CharacterCNN, word_characters
+from psmm_tf.data.spelling import word_characters
+from psmm_tf.layers.char_cnn import DEFAULT_FILTERS, CharacterCNN
 from psmm_tf.layers.mixture import checked_ids
 from psmm_tf.layers.sampled_softmax import log_uniform_sample, sampled_target_log_prob
 

@@ -7,8 +7,8 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf import testing
+from psmm_tf.data.spelling import word_characters
 from psmm_tf.layers import CNNSoftmax, SampledSoftmax
-from psmm_tf.layers.char_cnn import word_characters
 from psmm_tf.layers.sampled_softmax import log_uniform_sample, sampled_target_log_prob
 
 

@@ -6,17 +6,20 @@ import keras
 import numpy as np
 
 from psmm_tf import configs, testing
-from psmm_tf.layers.char_cnn import word_characters
-from psmm_tf.models import build_model, expected_parameter_count
+from psmm_tf.data import Vocabulary
+from psmm_tf.data.corpus import EOS_TOKEN
+from psmm_tf.data.spelling import spell_splits, word_characters
+from psmm_tf.evaluation import Evaluator
+from psmm_tf.models import LanguageModelPreprocessor, build_model, expected_parameter_count
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a"]
 
 
-def _model(kind="psmm"):
+def _model(kind="psmm", preprocessor=None):
     config = dataclasses.replace(configs.get_preset("tiny").model, kind=kind, seed=4,
                                  vocab_size=len(WORDS), input_embedding="chars",
                                  max_word_length=10)
-    model = build_model(config)
+    model = build_model(config, preprocessor=preprocessor)
     model.set_vocabulary(WORDS)
     return config, model
 
@@ -58,6 +61,32 @@ class CharInputsTest(testing.TestCase):
         # Spelling <unk> itself is what the ids alone give.
         self.assertAllClose(spelled["<unk>"], model(ids, memory=memory)["vocab_logits"],
                             atol=1e-6)
+
+    def test_score_text_reads_unknown_words_from_their_characters(self):
+        _, model = _model(preprocessor=LanguageModelPreprocessor(Vocabulary(WORDS)))
+        dog, cow = model.score_text(["the dog sat on a mat", "the cow sat on a mat"])[
+            "log_likelihood"]
+        self.assertGreater(abs(dog - cow), 1e-5)
+        # A text longer than one scoring piece: the same numbers as the evaluator's pass over
+        # the corpus's ids and spelling.
+        text = " ".join(["the dog sat on the mat"] * 30)
+        scored = model.score_text([text])
+        tokens = [EOS_TOKEN] + scored["tokens"][0]
+        spelling = spell_splits({"text": tokens}, Vocabulary(WORDS), 10)["text"]
+        result = Evaluator(model, length=37).evaluate(Vocabulary(WORDS).encode(tokens),
+                                                      spelling=spelling)
+        self.assertAllClose(-scored["log_likelihood"][0], result.nll_sum, rtol=1e-5)
+
+    def test_bad_token_chars_are_named(self):
+        _, model = _model()
+        ids = np.array([[2, 3]])
+        with self.assertRaisesRegex(ValueError, r"`token_chars` must have shape \(1, 2, 10\)"):
+            model.score(ids, ids, token_chars=np.zeros((1, 2, 24), "int32"))
+        with self.assertRaisesRegex(ValueError, r"character ids outside \[0, 259\)"):
+            model.score(ids, ids, token_chars=np.full((1, 2, 10), 300))
+        config = dataclasses.replace(configs.get_preset("tiny").model, vocab_size=len(WORDS))
+        with self.assertRaisesRegex(ValueError, "the model reads ids only"):
+            build_model(config).score(ids, ids, token_chars=np.zeros((1, 2, 24), "int32"))
 
     def test_token_chars_need_the_chars_embedding(self):
         config = dataclasses.replace(configs.get_preset("tiny").model, vocab_size=len(WORDS))

@@ -75,11 +75,11 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
         return self.base_model.empty_memory(batch_size)
 
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
-             targets=None, training=False):
+             targets=None, training=False, token_chars=None):
         # The frozen model runs in inference mode (no dropout); only the gate trains.
         outputs = dict(self.base_model(token_ids, token_mask=token_mask, state=state,
                                        memory=memory, context_length=context_length,
-                                       training=False))
+                                       training=False, token_chars=token_chars))
         # Takase et al. (2017): p(w_{t+1}) = softmax(g_t * (U h_t + b_U)), g_t from x_t alone.
         gate = self.gate(token_ids[:, context_length:], training=training)
         outputs["vocab_logits"] = outputs["vocab_logits"] * gate

@@ -9,9 +9,11 @@ the same things in TensorFlow).
 import numpy as np
 from keras import ops
 
+from psmm_tf.data.spelling import NUM_CHARACTER_IDS
+
 
 def validate_inputs(model, token_ids, target_ids=None, padding_mask=None, state=None,
-                    memory=None):
+                    memory=None, token_chars=None):
     """Checks and converts a language model's inputs; raises ValueError naming the bad one.
 
     Args:
@@ -26,11 +28,13 @@ def validate_inputs(model, token_ids, target_ids=None, padding_mask=None, state=
         memory: optional dict with `hidden` `(batch_size, M, hidden_dim)` (finite), `token_ids`
             `(batch_size, M)` in range where `mask`, and `mask` `(batch_size, M)`,
             `M = model.memory_size`.
+        token_chars: optional int array-like `(batch_size, T, max_word_length)` of character
+            ids in `[0, NUM_CHARACTER_IDS)`, for a model with `input_embedding="chars"`.
 
     Returns:
         A dict of NumPy arrays: `token_ids`, `target_ids` (int32; None if not given),
         `padding_mask` (bool), `state` (a tuple of pairs of float32 arrays, or None) and
-        `memory` (a dict, or None).
+        `memory` (a dict, or None), `token_chars` (int32, or None).
     """
     vocab_size = model.vocab_size
     token_ids = _integer_array("token_ids", token_ids, rank=2)
@@ -55,8 +59,26 @@ def validate_inputs(model, token_ids, target_ids=None, padding_mask=None, state=
     if memory is not None:
         memory = _checked_memory(memory, batch_size, model.memory_size, model.hidden_dim,
                                  vocab_size)
+    if token_chars is not None:
+        token_chars = _checked_characters(model, token_chars, token_ids.shape)
     return {"token_ids": token_ids, "target_ids": target_ids, "padding_mask": padding_mask,
-            "state": state, "memory": memory}
+            "state": state, "memory": memory, "token_chars": token_chars}
+
+
+def _checked_characters(model, token_chars, ids_shape):
+    if getattr(model, "input_embedding", "ids") != "chars":
+        raise ValueError("`token_chars` was given, but the model reads ids only "
+                         "(input_embedding='ids').")
+    width = model.backbone.max_word_length
+    array = np.asarray(ops.convert_to_numpy(token_chars))
+    if not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"`token_chars` must hold integer character ids, got dtype "
+                         f"{array.dtype}.")
+    _check_shape("token_chars", array, tuple(ids_shape) + (width,))
+    if array.size and (array.min() < 0 or array.max() >= NUM_CHARACTER_IDS):
+        raise ValueError(f"`token_chars` holds character ids outside [0, {NUM_CHARACTER_IDS})"
+                         f" (got {int(array.min())} to {int(array.max())}).")
+    return array.astype(np.int32)
 
 
 def _integer_array(name, values, rank):

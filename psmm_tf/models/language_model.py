@@ -27,7 +27,7 @@ class ScoringMixin:
     """`score()` and `score_text()` for any model with the `LanguageModel` call and `log_prob`."""
 
     def score(self, token_ids, target_ids=None, padding_mask=None, state=None, memory=None,
-              scoring_mode="log_probs"):
+              scoring_mode="log_probs", token_chars=None):
         """Scores `target_ids` after `token_ids`, carrying the state and memory (eager entry).
 
         Argument names follow keras-hub's `CausalLM.score`. The inputs are checked
@@ -42,6 +42,9 @@ class ScoringMixin:
                 negative, the per-token cross-entropy) or "logits" (the log-probabilities of
                 every word, `(batch_size, T, V)`: the mixture's, pointer included; keras-hub's
                 name; `target_ids` may be None).
+            token_chars: optional int `(batch_size, T, max_word_length)`: each input word's
+                spelling (`psmm_tf.data.spelling.word_characters` rows), for a model with
+                character inputs; words the ids hold as `<unk>` are read from it.
 
         Returns:
             A dict with `log_probs` or `loss` `(batch_size, T)` (0 where masked) or `logits`
@@ -63,7 +66,8 @@ class ScoringMixin:
                                  "'logits' scores without them.")
             target_ids = np.zeros(np.shape(token_ids), np.int32)
         checked = validate_inputs(self, token_ids, target_ids=target_ids,
-                                  padding_mask=padding_mask, state=state, memory=memory)
+                                  padding_mask=padding_mask, state=state, memory=memory,
+                                  token_chars=token_chars)
         batch_size = checked["token_ids"].shape[0]
         if checked["state"] is None:
             checked["state"] = self.zero_state(batch_size)
@@ -84,17 +88,21 @@ class ScoringMixin:
     def _score_in_pieces(self, checked, function):
         """`function` over pieces of at most `SCORE_PIECE_LENGTH` positions."""
         inputs = [checked[k] for k in ("token_ids", "target_ids", "padding_mask")]
+        chars = checked["token_chars"]
         state, memory = checked["state"], checked["memory"]
         steps = inputs[0].shape[1]
         if steps <= SCORE_PIECE_LENGTH:
-            return function(*inputs, state, memory)
+            return function(*inputs, state, memory, chars)
         # Padded to whole pieces (one compiled length); padding leaves state and memory alone.
         padded = -(-steps // SCORE_PIECE_LENGTH) * SCORE_PIECE_LENGTH
         inputs = [np.pad(x, ((0, 0), (0, padded - steps))) for x in inputs]
+        if chars is not None:
+            chars = np.pad(chars, ((0, 0), (0, padded - steps), (0, 0)))
         pieces = []
         for start in range(0, padded, SCORE_PIECE_LENGTH):
             piece = [x[:, start:start + SCORE_PIECE_LENGTH] for x in inputs]
-            pieces.append(function(*piece, state, memory))
+            pieces.append(function(*piece, state, memory, None if chars is None
+                                   else chars[:, start:start + SCORE_PIECE_LENGTH]))
             state, memory = pieces[-1]["state"], pieces[-1]["memory"]
         key = "logits" if "logits" in pieces[0] else "log_probs"
         return {key: ops.concatenate([p[key] for p in pieces], 1)[:, :steps],
@@ -116,9 +124,12 @@ class ScoringMixin:
         if getattr(self, "preprocessor", None) is None:
             raise ValueError("score_text needs a preprocessor: build the model with "
                              "preprocessor=LanguageModelPreprocessor(vocabulary).")
-        batch = self.preprocessor.score_inputs(texts)
+        spelled = getattr(self, "input_embedding", "ids") == "chars"
+        batch = self.preprocessor.score_inputs(
+            texts, max_word_length=self.backbone.max_word_length if spelled else None)
         scores = self.score(batch["token_ids"], batch["target_ids"],
-                            padding_mask=batch["padding_mask"])
+                            padding_mask=batch["padding_mask"],
+                            token_chars=batch.get("token_chars"))
         mask = batch["padding_mask"]
         log_probs = ops.convert_to_numpy(scores["log_probs"]).astype("float32")
         gate = ops.convert_to_numpy(scores["gate"]).astype("float32") * mask
@@ -128,7 +139,8 @@ class ScoringMixin:
                 "num_tokens": num_tokens, "log_likelihood": log_likelihood,
                 "perplexity": _perplexity(log_likelihood, num_tokens)}
 
-    def score_step(self, token_ids, target_ids, token_mask, state, memory, target_mask=None):
+    def score_step(self, token_ids, target_ids, token_mask, state, memory, target_mask=None,
+                   token_chars=None):
         """One scored forward pass: the package's one scoring routine (traceable, unchecked).
 
         `score`, the evaluator, the neural cache, the pointer diagnostics and the serving
@@ -139,6 +151,8 @@ class ScoringMixin:
                 the real input tokens. state, memory: the carried state and memory.
             target_mask: optional bool `(batch_size, T)`, the targets to score (default
                 `token_mask`); the others may hold any id.
+            token_chars: optional int `(batch_size, T, max_word_length)`: the spelling of each
+                input token, for a model with character inputs (see `LanguageModel`).
 
         Returns:
             `(scores, outputs)`: `scores` holds float32 `(batch_size, T)` `log_probs` (0 where
@@ -147,7 +161,7 @@ class ScoringMixin:
         """
         target_mask = token_mask if target_mask is None else target_mask
         outputs = self(token_ids, token_mask=token_mask, state=state, memory=memory,
-                       training=False)
+                       training=False, token_chars=token_chars)
         safe_targets = ops.where(target_mask, target_ids, 0)
         log_probs = ops.cast(self.log_prob(outputs, safe_targets), "float32")
         log_probs = ops.where(target_mask, log_probs, 0.0)
@@ -155,14 +169,16 @@ class ScoringMixin:
                 else ops.ones_like(log_probs))
         return {"log_probs": log_probs, "gate": gate}, outputs
 
-    def _score(self, token_ids, target_ids, padding_mask, state, memory):
-        scores, outputs = self.score_step(token_ids, target_ids, padding_mask, state, memory)
+    def _score(self, token_ids, target_ids, padding_mask, state, memory, token_chars=None):
+        scores, outputs = self.score_step(token_ids, target_ids, padding_mask, state, memory,
+                                          token_chars=token_chars)
         return {**scores, "state": outputs["state"], "memory": outputs["memory"]}
 
-    def _score_logits(self, token_ids, target_ids, padding_mask, state, memory):
+    def _score_logits(self, token_ids, target_ids, padding_mask, state, memory,
+                      token_chars=None):
         del target_ids  # the whole distribution is returned
         outputs = self(token_ids, token_mask=padding_mask, state=state, memory=memory,
-                       training=False)
+                       training=False, token_chars=token_chars)
         logits = ops.where(padding_mask[:, :, None], self.log_distribution(outputs), 0.0)
         gate = outputs.get("gate", ops.ones(ops.shape(token_ids), "float32"))
         return {"logits": logits, "gate": gate, "state": outputs["state"],

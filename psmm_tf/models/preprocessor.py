@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN, text_tokens
+from psmm_tf.data.spelling import word_characters
 from psmm_tf.models.tokenizer import WordTokenizer
 
 
@@ -134,16 +135,20 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
                  for row in rows]
         return [t[:-1] if t.endswith("\n") else t for t in texts]
 
-    def score_inputs(self, texts):
+    def score_inputs(self, texts, max_word_length=None):
         """Whole texts -> NumPy ids for `score_text`, read by the corpus readers themselves.
 
         Args:
             texts: a str or a sequence of str.
+            max_word_length: optional int. Also spell each input token (`token_chars` int32
+                `(batch_size, T, max_word_length)`, zeros in padding), for a model with
+                character inputs: a word outside the vocabulary keeps its characters.
 
         Returns:
             A dict with `token_ids`, `target_ids` int32 `(batch_size, T)` and `padding_mask`
             bool `(batch_size, T)` (`T` the longest text's token count, no truncation; padding
-            holds id 0), and `tokens`, a list of each text's tokens.
+            holds id 0), `tokens`, a list of each text's tokens, and with `max_word_length`
+            `token_chars`.
         """
         vocabulary = self.vocabulary
         if vocabulary is None:
@@ -161,8 +166,15 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
             target_ids[row, :len(ids)] = ids
             token_ids[row, :len(ids)] = np.concatenate([[start], ids[:-1]])
             padding_mask[row, :len(ids)] = True
-        return {"token_ids": token_ids, "target_ids": target_ids, "padding_mask": padding_mask,
-                "tokens": tokens}
+        batch = {"token_ids": token_ids, "target_ids": target_ids, "padding_mask": padding_mask,
+                 "tokens": tokens}
+        if max_word_length is not None:
+            chars = np.zeros((len(texts), steps, max_word_length), np.int32)
+            for row, row_tokens in enumerate(tokens):
+                read = [EOS_TOKEN] + list(row_tokens[:-1])  # the words before each target
+                chars[row, :len(read)] = word_characters(read, max_word_length)
+            batch["token_chars"] = chars
+        return batch
 
     def get_config(self):
         config = super().get_config()

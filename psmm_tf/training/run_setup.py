@@ -121,7 +121,8 @@ def prepare_workdir(config, workdir, strategy, restart=False):
                    / run_files.SYNTHETIC_DATA_DIR)
     try:
         corpus = corpus_setup.load_corpus(config.data, scratch_dir=scratch,
-                                          vocabulary=vocabulary)
+                                          vocabulary=vocabulary,
+                                          max_word_length=config.model.spelling_length)
     except (FileNotFoundError, NotADirectoryError, ValueError) as err:
         raise RunRefusedError(f"Corpus (dataset={config.data.dataset!r}, data_dir="
                               f"{config.data.data_dir}): {err}") from None

@@ -155,7 +155,7 @@ class TrainStep:
             outputs = self.model(
                 local["token_ids"], token_mask=local["token_mask"], state=state,
                 memory=memory, context_length=self.context_length, targets=targets,
-                training=True,
+                training=True, token_chars=local.get("token_chars"),
             )
             objective, pointer_part, gate = per_target_losses(
                 self.model, outputs, targets, self.pointer_weight, pointer_share=pointer_share)

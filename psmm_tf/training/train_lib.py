@@ -147,7 +147,8 @@ class _Run:
         # run's seed and the epoch, so a resumed epoch reads the same windows.
         dataset = training_windows(self.corpus.ids["train"], train.batch_size,
                                    self.context_length, train.num_predicted,
-                                   shuffle_offset_seed=train.seed * 1_000_003 + epoch)
+                                   shuffle_offset_seed=train.seed * 1_000_003 + epoch,
+                                   spelling=self.spelling("train"))
         self.reporter.start_epoch(epoch, num_steps, step)
         for batch in dataset.take(num_steps).skip(step):
             step_lr = lr * warmup_factor(global_step, train.warmup_steps)
@@ -177,7 +178,8 @@ class _Run:
         """Validates, applies the schedule, saves the best model and the epoch's checkpoint."""
         epoch, _, global_step = self.progress.get()
         valid = self.evaluator.evaluate(self.corpus.ids["valid"],
-                                        max_tokens=self.config.train.max_eval_tokens)
+                                        max_tokens=self.config.train.max_eval_tokens,
+                                        spelling=self.spelling("valid"))
         lr = float(self.schedule.learning_rate.numpy())
         decision = self.schedule.update(valid.perplexity)
         if decision.improved and self.chief:
@@ -208,16 +210,24 @@ class _Run:
                                         for r in run_files.read_history(self.workdir))}
         max_tokens = self.config.train.max_eval_tokens
         if pointer_diagnostics.has_sentinel_pointer(best):
-            results.update(self._pointer_results(best, self.corpus.ids["valid"][:max_tokens]))
+            spelling = self.spelling("valid")
+            results.update(self._pointer_results(
+                best, self.corpus.ids["valid"][:max_tokens],
+                None if spelling is None else spelling[:max_tokens]))
         if "test" in self.corpus.ids:
             evaluator = Evaluator(best, self.config.train.eval_batch_size,
                                   self.config.train.eval_length, jit_compile=self.jit_compile)
-            test = evaluator.evaluate(self.corpus.ids["test"], max_tokens=max_tokens)
+            test = evaluator.evaluate(self.corpus.ids["test"], max_tokens=max_tokens,
+                                      spelling=self.spelling("test"))
             results.update(test_perplexity=test.perplexity, test_mean_gate=test.mean_gate)
         run_files.write_json_atomic(self.workdir / run_files.RESULTS_FILE, results)
         return results
 
-    def _pointer_results(self, model, valid_ids):
+    def spelling(self, role):
+        """The `Spelling` of a split for a model with character inputs; None otherwise."""
+        return None if self.corpus.spellings is None else self.corpus.spellings[role]
+
+    def _pointer_results(self, model, valid_ids, valid_spelling):
         """The trained pointer's diagnostics on the validation split and, with `calibrate_gate`,
         the gate's calibration fitted on the same pass (then set on `model` and saved)."""
         # Diagnostics and fit read the trained gate, also when model.keras is already
@@ -225,7 +235,7 @@ class _Run:
         was_calibrated = model.pointer.gate_calibration is not None
         model.set_gate_calibration(None)
         records = pointer_diagnostics.collect_pointer_records(
-            model, valid_ids, length=self.config.train.eval_length)
+            model, valid_ids, length=self.config.train.eval_length, spelling=valid_spelling)
         # Proof that the pointer trained (or not): see `pointer_diagnostics`.
         results = {"pointer": pointer_diagnostics.diagnostics_from_records(
             records, model, pointer_diagnostics.load_initial_pointer_weights(
