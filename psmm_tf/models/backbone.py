@@ -34,8 +34,9 @@ class LSTMBackbone(keras_hub.models.Backbone):
         input_embedding: "ids" (a table of `vocab_size x embedding_dim` weights) or "chars"
             (`CharacterEmbedding`: the character CNN of each word's spelling, Jozefowicz et
             al.'s "CNN inputs"; the task's `set_vocabulary` spells the vocabulary, and
-            `token_chars` spells the words the ids hold as `<unk>`). The character CNN takes
-            `init_scale` as the rest of the backbone, and Kim et al.'s highway gate bias -2.
+            `token_chars` spells the words the ids hold as `<unk>`). The character CNN keeps
+            Glorot initialisers (seeded from `seed`) whatever `init_scale` says: Kim et al.'s
+            uniform start with a highway gate bias of -2 trained worse (docs/results.md).
         max_word_length: int. Characters kept per word with "chars", markers included.
         dtype: optional Keras dtype policy (e.g. "mixed_bfloat16"), of the backbone, every
             layer in it and the task's head; None: the global policy. The carried state has
@@ -105,7 +106,7 @@ class LSTMBackbone(keras_hub.models.Backbone):
         if input_embedding == "chars":
             self.embedding = CharacterEmbedding(
                 vocab_size, embedding_dim, max_word_length=max_word_length,
-                seed=sub_seed(50), init_scale=init_scale, name="embedding", dtype=policy)
+                seed=sub_seed(50), name="embedding", dtype=policy)
         else:
             self.embedding = keras.layers.Embedding(
                 vocab_size, embedding_dim,
