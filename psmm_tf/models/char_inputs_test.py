@@ -67,8 +67,12 @@ class CharInputsTest(testing.TestCase):
         dog, cow = model.score_text(["the dog sat on a mat", "the cow sat on a mat"])[
             "log_likelihood"]
         self.assertGreater(abs(dog - cow), 1e-5)
+
+    @testing.skip_unless_tensorflow("the Evaluator runs tf.data and tf.function")
+    def test_score_text_in_pieces_equals_the_evaluators_spelled_pass(self):
         # A text longer than one scoring piece: the same numbers as the evaluator's pass over
         # the corpus's ids and spelling.
+        _, model = _model(preprocessor=LanguageModelPreprocessor(Vocabulary(WORDS)))
         text = " ".join(["the dog sat on the mat"] * 30)
         scored = model.score_text([text])
         tokens = [EOS_TOKEN] + scored["tokens"][0]
