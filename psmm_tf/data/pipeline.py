@@ -173,7 +173,6 @@ def training_windows(
         }
         if spelling is not None:
             spelled = tf.gather(spelling_ids, stream_starts + tf.maximum(positions, 0)[None, :])
-            spelled = tf.where(mask[None, :], spelled, tf.zeros_like(spelled))
             chars = tf.gather(spelling_table, spelled) * tf.cast(mask, tf.int32)[None, :, None]
             window["token_chars"] = tf.ensure_shape(chars, [batch_size, window_size, None])
         return window

@@ -21,7 +21,9 @@ class CharacterCNN:
 
     `create_character_cnn` makes the sub-layers as attributes of the layer (`char_embedding`,
     `conv_<i>`, `highway_transform`, `highway_gate`, `projection`; the names its weights are
-    saved under), `build_character_cnn` builds them, and `encode_characters` computes
+    saved under), `build_character_cnn` builds them and the `characters` weight (the spelling
+    of the layer's `vocab_size` words, set by `set_vocabulary`), and `encode_characters`
+    computes
 
         x = E[chars]                                  (..., W, char_embedding_dim)
         p = concat_k max_t tanh(conv_k(x))_t          (..., sum of filter counts)
@@ -31,21 +33,16 @@ class CharacterCNN:
     """
 
     def create_character_cnn(self, output_dim, max_word_length, char_embedding_dim, filters,
-                             seed=None, init_scale=None, highway_gate_bias=0.0):
+                             seed=None):
         """Creates the sub-layers under the layer's dtype policy; `seed` seeds their
-        initialisers (None: Keras' unseeded defaults), `init_scale` (optional) draws every
-        weight uniform in `[-s, s]` instead, and `highway_gate_bias` starts the highway's gate
-        bias (Kim et al.: -2, so the layer first carries `p` through)."""
+        initialisers (None: Keras' unseeded defaults)."""
         self.max_word_length = max_word_length
         self.char_embedding_dim = char_embedding_dim
         self.filters = tuple(tuple(f) for f in filters)
 
         def init(default, offset):
-            offset_seed = None if seed is None else seed + offset
-            if init_scale is not None:
-                return keras.initializers.RandomUniform(-init_scale, init_scale, offset_seed)
             return default if seed is None else keras.initializers.get(
-                {"class_name": default, "config": {"seed": offset_seed}})
+                {"class_name": default, "config": {"seed": seed + offset}})
 
         policy = self.dtype_policy  # the sub-layers compute as the layer does
         self.char_embedding = keras.layers.Embedding(
@@ -62,8 +59,7 @@ class CharacterCNN:
             kernel_initializer=init("GlorotUniform", 20))
         self.highway_gate = keras.layers.Dense(
             width, activation="sigmoid", name="highway_gate", dtype=policy,
-            kernel_initializer=init("GlorotUniform", 21),
-            bias_initializer=keras.initializers.Constant(highway_gate_bias))
+            kernel_initializer=init("GlorotUniform", 21))
         self.projection = keras.layers.Dense(
             output_dim, use_bias=False, name="projection", dtype=policy,
             kernel_initializer=init("GlorotUniform", 22))
@@ -74,6 +70,9 @@ class CharacterCNN:
         return [getattr(self, f"conv_{i}") for i in range(len(self.filters))]
 
     def build_character_cnn(self):
+        self.characters = self.add_weight(
+            name="characters", shape=(self.vocab_size, self.max_word_length), dtype="int32",
+            initializer="zeros", trainable=False)
         self.char_embedding.build((None, None))
         for conv in self.convolutions:
             conv.build((None, self.max_word_length, self.char_embedding_dim))
@@ -81,6 +80,15 @@ class CharacterCNN:
         self.highway_transform.build((None, width))
         self.highway_gate.build((None, width))
         self.projection.build((None, width))
+
+    def set_vocabulary(self, words):
+        """Spells the vocabulary (a list of V strings, index = id) into the `characters`
+        weight (building the layer first if it is not built)."""
+        if not self.built:
+            self.build()
+        if len(words) != self.vocab_size:
+            raise ValueError(f"set_vocabulary needs {self.vocab_size} words, got {len(words)}.")
+        self.characters.assign(word_characters(words, self.max_word_length))
 
     def encode_characters(self, chars):
         """Word vectors `(..., output_dim)` of character ids `(..., max_word_length)`."""
@@ -113,10 +121,6 @@ class CharacterEmbedding(CharacterCNN, keras.layers.Layer):
         char_embedding_dim: int. Width of the character embedding.
         filters: sequence of `(width, count)` convolution filters.
         seed: optional int. Seed of the initialisers.
-        init_scale: optional float > 0: every weight uniform in `[-s, s]` (Zaremba's and Kim
-            et al.'s initialisation); None: Glorot kernels.
-        highway_gate_bias: float. Initial bias of the highway's gate (Kim et al. start it at
-            -2; on PTB at `small` that trained worse here: docs/results.md).
 
     Call arguments:
         token_ids: int `(batch_size, T)` in `[0, V)`.
@@ -145,33 +149,17 @@ class CharacterEmbedding(CharacterCNN, keras.layers.Layer):
     """
 
     def __init__(self, vocab_size, output_dim, max_word_length=24, char_embedding_dim=16,
-                 filters=DEFAULT_FILTERS, seed=None, init_scale=None, highway_gate_bias=0.0,
-                 **kwargs):
+                 filters=DEFAULT_FILTERS, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.output_dim = output_dim
         self.seed = seed
-        self.init_scale = init_scale
-        self.highway_gate_bias = highway_gate_bias
         self.create_character_cnn(output_dim, max_word_length, char_embedding_dim, filters,
-                                  seed=seed, init_scale=init_scale,
-                                  highway_gate_bias=highway_gate_bias)
+                                  seed=seed)
 
     def build(self, input_shape=None):
-        self.characters = self.add_weight(
-            name="characters", shape=(self.vocab_size, self.max_word_length), dtype="int32",
-            initializer="zeros", trainable=False)
         self.build_character_cnn()
         self.built = True
-
-    def set_vocabulary(self, words):
-        """Spells the vocabulary (a list of V strings, index = id) into the `characters`
-        weight (building the layer first if it is not built)."""
-        if not self.built:
-            self.build()
-        if len(words) != self.vocab_size:
-            raise ValueError(f"set_vocabulary needs {self.vocab_size} words, got {len(words)}.")
-        self.characters.assign(word_characters(words, self.max_word_length))
 
     def call(self, token_ids, token_chars=None):
         if token_chars is None:
@@ -182,7 +170,5 @@ class CharacterEmbedding(CharacterCNN, keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"vocab_size": self.vocab_size, "output_dim": self.output_dim,
-                       "seed": self.seed, "init_scale": self.init_scale,
-                       "highway_gate_bias": self.highway_gate_bias,
-                       **self.character_cnn_config()})
+                       "seed": self.seed, **self.character_cnn_config()})
         return config

@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from psmm_tf.data.spelling import word_characters
 from psmm_tf.layers.char_cnn import DEFAULT_FILTERS, CharacterCNN
 from psmm_tf.layers.mixture import checked_ids
 from psmm_tf.layers.sampled_softmax import log_uniform_sample, sampled_target_log_prob
@@ -70,9 +69,6 @@ class CNNSoftmax(CharacterCNN, keras.layers.Layer):
         self.create_character_cnn(output_dim, max_word_length, char_embedding_dim, filters)
 
     def build(self, input_shape=None):
-        self.characters = self.add_weight(
-            name="characters", shape=(self.vocab_size, self.max_word_length), dtype="int32",
-            initializer="zeros", trainable=False)
         self.build_character_cnn()
         if self.correction_dim:
             self.correction = self.add_weight(
@@ -83,15 +79,6 @@ class CNNSoftmax(CharacterCNN, keras.layers.Layer):
                 initializer=keras.initializers.GlorotUniform(seed=self.seed))
         self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
         self.built = True
-
-    def set_vocabulary(self, words):
-        """Spells the vocabulary (a list of V strings, index = id) into the character weight
-        (building the layer first if it is not built)."""
-        if not self.built:
-            self.build()
-        if len(words) != self.vocab_size:
-            raise ValueError(f"set_vocabulary needs {self.vocab_size} words, got {len(words)}.")
-        self.characters.assign(word_characters(words, self.max_word_length))
 
     def word_embeddings(self, ids):
         """Output embeddings `(N, D)` of the words `ids` `(N,)`: CNN plus correction."""

@@ -35,8 +35,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
             (`CharacterEmbedding`: the character CNN of each word's spelling, Jozefowicz et
             al.'s "CNN inputs"; the task's `set_vocabulary` spells the vocabulary, and
             `token_chars` spells the words the ids hold as `<unk>`). The character CNN keeps
-            Glorot initialisers (seeded from `seed`) whatever `init_scale` says: Kim et al.'s
-            uniform start with a highway gate bias of -2 trained worse (docs/results.md).
+            Glorot initialisers (seeded from `seed`) whatever `init_scale` says
+            (docs/results.md, "Character-CNN word inputs").
         max_word_length: int. Characters kept per word with "chars", markers included.
         dtype: optional Keras dtype policy (e.g. "mixed_bfloat16"), of the backbone, every
             layer in it and the task's head; None: the global policy. The carried state has

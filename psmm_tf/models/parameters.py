@@ -1,5 +1,8 @@
 """Parameter counts: the paper's arithmetic, to check a built model against."""
 
+from psmm_tf.data.spelling import NUM_CHARACTER_IDS
+from psmm_tf.layers.char_cnn import DEFAULT_FILTERS
+
 
 def lstm_lm_parameter_count(vocab_size, embedding_dim, hidden_dim, num_layers):
     """Weights of the softmax LSTM LM: embedding, LSTM stack (one bias per gate), softmax."""
@@ -13,9 +16,8 @@ def lstm_lm_parameter_count(vocab_size, embedding_dim, hidden_dim, num_layers):
     return embedding + lstm + softmax
 
 
-def char_cnn_parameter_count(output_dim, char_embedding_dim=16,
-                             filters=((1, 32), (2, 64), (3, 128), (4, 128), (5, 128)),
-                             num_character_ids=259):
+def char_cnn_parameter_count(output_dim, char_embedding_dim=16, filters=DEFAULT_FILTERS,
+                             num_character_ids=NUM_CHARACTER_IDS):
     """Weights of a `CharacterCNN` with its default sizes: character table, convolutions,
     highway (transform and gate) and the projection to `output_dim` (no bias)."""
     width = sum(count for _, count in filters)
