@@ -23,14 +23,17 @@ class ConfigTest(tf.test.TestCase):
         fields = json.loads(configs.get_preset("small").to_json())
         del fields["train"]["pointer_clip_norm"], fields["train"]["pointer_loss_weight"]
         del fields["train"]["calibrate_gate"], fields["model"]["initial_gate"]
+        del fields["train"]["char_cnn_clip_norm"]
         config = configs.ExperimentConfig.from_json(json.dumps(fields))
         self.assertIsNone(config.train.pointer_clip_norm)  # one joint norm
+        self.assertIsNone(config.train.char_cnn_clip_norm)
         self.assertEqual(config.train.pointer_loss_weight, 1.0)  # the paper's eq. 9
         self.assertIsNone(config.model.initial_gate)
         self.assertFalse(config.train.calibrate_gate)  # the trained gate
 
     def test_bad_pointer_settings_are_refused(self):
-        for field, value in (("pointer_clip_norm", 0.0), ("pointer_loss_weight", -1.0),
+        for field, value in (("pointer_clip_norm", 0.0), ("char_cnn_clip_norm", -1.0),
+                             ("pointer_loss_weight", -1.0),
                              ("pointer_loss_weight", float("inf"))):
             with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
                 configs.TrainConfig(**{field: value})

@@ -1,30 +1,65 @@
-"""What the TensorFlow and JAX training steps share: the pointer's variable group and gradient
-clipping by group norms (`keras.ops`, any backend)."""
+"""What the TensorFlow and JAX training steps share: the variable groups with norms of their
+own and gradient clipping by group norms (`keras.ops`, any backend)."""
 
 from keras import ops
+
+from psmm_tf.layers.char_cnn import CharacterEmbedding
+
+
+def _indices_of(model, layer):
+    ids = {id(v) for v in layer.trainable_variables}
+    return tuple(i for i, v in enumerate(model.trainable_variables) if id(v) in ids)
 
 
 def pointer_variable_indices(model):
     """Indices into `model.trainable_variables` of its pointer head's variables (or ())."""
     pointer = getattr(model, "pointer", None)
-    if pointer is None:
+    return () if pointer is None else _indices_of(model, pointer)
+
+
+def char_cnn_variable_indices(model):
+    """Indices into `model.trainable_variables` of its character-CNN input embedding's
+    variables (`input_embedding="chars"`), or ()."""
+    embedding = getattr(getattr(model, "backbone", None), "embedding", None)
+    if not isinstance(embedding, CharacterEmbedding):
         return ()
-    ids = {id(v) for v in pointer.trainable_variables}
-    return tuple(i for i, v in enumerate(model.trainable_variables) if id(v) in ids)
+    return _indices_of(model, embedding)
 
 
-def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None, loss_scale=1.0):
-    """Clips `grads` by their global norm, the pointer's group by its own norm if asked.
+def clip_groups(model, pointer_clip_norm=None, char_cnn_clip_norm=None):
+    """The groups of `model.trainable_variables` clipped by a norm of their own.
+
+    Args:
+        model: a `LanguageModel`.
+        pointer_clip_norm: optional float. Limit of the pointer head's own norm.
+        char_cnn_clip_norm: optional float. Limit of the character-CNN input embedding's own
+            norm.
+
+    Returns:
+        tuple of `(indices, limit)`, one per group the model has and a limit was given for
+        (indices into `model.trainable_variables`, disjoint); the rest is clipped by the
+        step's `clip_norm`.
+    """
+    groups = []
+    for indices, limit in ((pointer_variable_indices(model), pointer_clip_norm),
+                           (char_cnn_variable_indices(model), char_cnn_clip_norm)):
+        if limit is not None and indices:
+            groups.append((indices, limit))
+    return tuple(groups)
+
+
+def clip_gradients(grads, clip_norm, groups=(), loss_scale=1.0):
+    """Clips `grads` by their global norm, each of `groups` by its own.
 
     Each group is scaled as `tf.clip_by_global_norm` does, `g * limit / max(norm, limit)`, so
     a non-finite norm leaves the group non-finite (a loss-scaled step then skips the update).
 
     Args:
         grads: list of dense gradient tensors.
-        clip_norm: float (or scalar tensor). Limit of the global norm of all gradients, or,
-            with `pointer_clip_norm`, of those not in `pointer_indices`.
-        pointer_indices: indices into `grads` of the pointer's variables.
-        pointer_clip_norm: optional float. Limit of the pointer group's own global norm.
+        clip_norm: float (or scalar tensor). Limit of the global norm of the gradients in no
+            group.
+        groups: `(indices, limit)` pairs (`clip_groups`): the gradients at `indices` are
+            clipped by their own global norm at `limit`.
         loss_scale: float (or scalar tensor). `grads` are this times the true gradients (a
             `LossScaleOptimizer`'s scale, which unscales them after): the limits are scaled
             alike, so the true gradients are clipped.
@@ -33,13 +68,13 @@ def clip_gradients(grads, clip_norm, pointer_indices=(), pointer_clip_norm=None,
         `(clipped, norm)`: the clipped list and the global norm of all of the true gradients
         before clipping.
     """
-    groups = [(list(range(len(grads))), clip_norm * loss_scale)]
-    if pointer_clip_norm is not None and pointer_indices:
-        pointer = sorted(pointer_indices)
-        rest = [i for i in range(len(grads)) if i not in set(pointer)]
-        groups = [(rest, clip_norm * loss_scale), (pointer, pointer_clip_norm * loss_scale)]
+    grouped = {i for indices, _ in groups for i in indices}
+    rest = [i for i in range(len(grads)) if i not in grouped]
     clipped, squares = list(grads), []
-    for group, limit in groups:
+    for group, limit in [(rest, clip_norm)] + [(sorted(i), limit) for i, limit in groups]:
+        if not group:
+            continue
+        limit = limit * loss_scale
         square = sum(ops.sum(ops.square(grads[i])) for i in group)
         squares.append(square)
         scale = limit / ops.maximum(ops.sqrt(square), limit)

@@ -4,7 +4,7 @@ The TensorFlow trainer (`psmm_tf.training.steps.TrainStep`) runs on `tf.distribu
 same step for the Keras JAX backend, so the model trains with XLA on a machine that has JAX but
 no TensorFlow (e.g. a GPU host). Same objective (`psmm_tf.losses.per_target_losses`: summed
 over a window's targets, averaged over the batch's streams), same clipping (the whole model by
-`clip_norm`, or the pointer's variables by their own norm with `pointer_clip_norm`), same
+`clip_norm`, the pointer's and a character-CNN input's variables by norms of their own), same
 carried LSTM state and pointer memory. It is a pure function of the variables' values
 (`value_and_grad` over `stateless_call`, `optimizer.stateless_apply`), compiled by `jax.jit`.
 """
@@ -13,7 +13,7 @@ import keras
 from keras import ops
 
 from psmm_tf.configs import TrainConfig
-from psmm_tf.gradients import clip_gradients, pointer_variable_indices
+from psmm_tf.gradients import clip_gradients, clip_groups
 from psmm_tf.losses import per_target_losses, window_sums
 
 
@@ -29,7 +29,8 @@ class JaxTrainStep:
         clip_norm: float. Global gradient norm limit; with `pointer_clip_norm`, the limit of
             every variable but the pointer's.
         pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
-            The defaults of `clip_norm`, `pointer_clip_norm` and `pointer_weight` are
+        char_cnn_clip_norm: optional float. Own global norm limit of a character-CNN input
+            embedding's variables. The defaults of the clip norms and of `pointer_weight` are
             `TrainConfig`'s (psmm-train's).
         pointer_weight: float. Weight of eq. 9's pointer term.
 
@@ -47,7 +48,8 @@ class JaxTrainStep:
 
     def __init__(self, model, optimizer, global_batch_size, context_length, use_memory,
                  clip_norm=TrainConfig.clip_norm, pointer_clip_norm=TrainConfig.pointer_clip_norm,
-                 pointer_weight=TrainConfig.pointer_loss_weight):
+                 pointer_weight=TrainConfig.pointer_loss_weight,
+                 char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm):
         if keras.backend.backend() != "jax":
             raise RuntimeError("JaxTrainStep needs the JAX backend (KERAS_BACKEND=jax), got "
                                f"{keras.backend.backend()!r}.")
@@ -60,8 +62,9 @@ class JaxTrainStep:
         self.use_memory = use_memory
         self.clip_norm = clip_norm
         self.pointer_clip_norm = pointer_clip_norm
+        self.char_cnn_clip_norm = char_cnn_clip_norm
         self.pointer_weight = pointer_weight
-        self.pointer_indices = pointer_variable_indices(model)
+        self.clip_groups = clip_groups(model, pointer_clip_norm, char_cnn_clip_norm)
         optimizer.build(model.trainable_variables)
         self._value_and_grad = jax.value_and_grad(self._loss, has_aux=True)
         self._step = jax.jit(self._pure_step)
@@ -125,8 +128,7 @@ class JaxTrainStep:
             trainable, non_trainable, optimizer_values, batch, state, memory)
         # Scaled gradients are clipped at the scaled limits (as TrainStep); the optimizer
         # unscales them, and skips the update where they are not finite.
-        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
-                                          self.pointer_clip_norm,
+        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.clip_groups,
                                           self._loss_scale(optimizer_values))
         trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
                                                                      trainable)

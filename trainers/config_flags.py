@@ -113,6 +113,9 @@ CONFIG_FLAGS = (
     _F("pointer_clip_norm", ("train.pointer_clip_norm",), "Own global norm limit of the "
        "pointer's variables (W, b, s); --clip_norm then applies to the rest. 0: one joint norm "
        "for all variables (the paper's).", "finite_non_negative", True),
+    _F("char_cnn_clip_norm", ("train.char_cnn_clip_norm",), "Own global norm limit of the "
+       "character-CNN input embedding's variables (--input_embedding=chars); --clip_norm then "
+       "applies to the rest. 0: in the joint norm.", "finite_non_negative", True),
     _F("pointer_loss_weight", ("train.pointer_loss_weight",), "Weight of eq. 9's pointer term "
        "-log(g + sum a_i[x_i = y]) (paper: 1; 0: mixture NLL only, an ablation).",
        "finite_non_negative"),

@@ -4,7 +4,8 @@ The objective (`per_target_losses`: the mixture's negative log-likelihood, plus 
 term when its weight is set) is summed over the T predicted positions of a window and
 averaged over the B streams of the global batch; N replicas with B / N rows each compute the
 gradient one device with B rows would. The gradients are clipped by `clip_gradients` (the
-pointer's own variables apart when `pointer_clip_norm` is set) and applied once. Why this
+pointer's own variables apart when `pointer_clip_norm` is set, a character-CNN input embedding's
+when `char_cnn_clip_norm` is) and applied once. Why this
 objective and these clips: docs/design_notes.md, "Objective: sum over a window's targets".
 """
 
@@ -12,7 +13,7 @@ import keras
 import tensorflow as tf
 
 from psmm_tf.configs import TrainConfig
-from psmm_tf.gradients import clip_gradients, pointer_variable_indices
+from psmm_tf.gradients import clip_gradients, clip_groups, pointer_variable_indices
 from psmm_tf.losses import per_target_losses, window_sums
 from psmm_tf.training import distribution
 
@@ -41,8 +42,9 @@ class TrainStep:
         clip_norm: float. Global gradient norm limit (paper: 1); with `pointer_clip_norm`, the
             limit of every variable but the pointer's.
         pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
-            The defaults of `clip_norm`, `pointer_clip_norm` and `pointer_weight` are
-            `TrainConfig`'s (psmm-train's).
+        char_cnn_clip_norm: optional float. Own global norm limit of a character-CNN input
+            embedding's variables (`input_embedding="chars"`). The defaults of the clip norms
+            and of `pointer_weight` are `TrainConfig`'s (psmm-train's).
         pointer_weight: float. Weight of eq. 9's pointer term (1: the paper; 0: mixture NLL).
         jit_compile: bool. XLA-compile the forward and backward pass.
 
@@ -81,7 +83,8 @@ class TrainStep:
     def __init__(self, model, optimizer, strategy, global_batch_size, context_length,
                  use_memory, clip_norm=TrainConfig.clip_norm, jit_compile=False,
                  pointer_clip_norm=TrainConfig.pointer_clip_norm,
-                 pointer_weight=TrainConfig.pointer_loss_weight):
+                 pointer_weight=TrainConfig.pointer_loss_weight,
+                 char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm):
         self.model = model
         self.optimizer = optimizer
         self.strategy = strategy
@@ -91,8 +94,9 @@ class TrainStep:
         self.use_memory = use_memory
         self.clip_norm = clip_norm
         self.pointer_clip_norm = pointer_clip_norm
+        self.char_cnn_clip_norm = char_cnn_clip_norm
         self.pointer_weight = pointer_weight
-        self.pointer_indices = pointer_variable_indices(model)
+        self.clip_groups = clip_groups(model, pointer_clip_norm, char_cnn_clip_norm)
         if not optimizer.built:  # its variables (a loss scale's too) exist before the first step
             with strategy.scope():
                 optimizer.build(model.trainable_variables)
@@ -140,8 +144,8 @@ class TrainStep:
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
         # Under loss scaling the optimizer unscales the clipped gradients.
-        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.pointer_indices,
-                                          self.pointer_clip_norm, loss_scale(self.optimizer))
+        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.clip_groups,
+                                          loss_scale(self.optimizer))
         if replicas > 1:
             # The Keras optimizer sums gradients over replicas once more before applying them.
             grads = [g / replicas for g in grads]

@@ -11,11 +11,13 @@ from psmm_tf.training.steps import TrainStep
 B, T, V = 3, 5, 17
 
 
-def _model(kind):
+def _model(kind, **fields):
     config = ModelConfig(kind=kind, vocab_size=V, embedding_dim=6, hidden_dim=6, num_layers=1,
                          window_size=4, input_dropout=0.0, hidden_dropout=0.0,
-                         output_dropout=0.0, zoneout=0.0, seed=3)
+                         output_dropout=0.0, zoneout=0.0, seed=3, **fields)
     model = build_model(config)
+    if fields.get("input_embedding") == "chars":
+        model.backbone.embedding.set_vocabulary([f"w{i}" * (i % 3 + 1) for i in range(V)])
     model(tf.zeros([B, T], tf.int32))
     return model
 
@@ -69,9 +71,9 @@ class TrainStepTest(tf.test.TestCase):
         self.assertEqual((step.clip_norm, step.pointer_clip_norm, step.pointer_weight),
                          (config.clip_norm, config.pointer_clip_norm, config.pointer_loss_weight))
 
-    def _one_step(self, clip_norm, kind="lstm", **step_args):
+    def _one_step(self, clip_norm, kind="lstm", model_fields=None, **step_args):
         step_args = {"pointer_clip_norm": None, "pointer_weight": 1.0, **step_args}
-        model = _model(kind)
+        model = _model(kind, **(model_fields or {}))
         batch = _batch()
         if kind == "lstm":
             expected, loss = _expected_gradients(model, batch)
@@ -117,23 +119,48 @@ class TrainStepTest(tf.test.TestCase):
             for g, w0, w1 in zip(expected, before, after, strict=True):
                 self.assertAllClose(w0 - w1, g, atol=2e-6)
 
+    def _assert_groups_clipped(self, expected, before, after, metrics, limits):
+        """Each group of `limits` (indices -> limit) moved by its gradient times
+        limit / its own norm, the rest by clip_norm's; all norms exceed their limits."""
+
+        def norm(indices):
+            return np.sqrt(sum(np.sum(expected[i].astype(np.float64) ** 2) for i in indices))
+
+        self.assertAllClose(float(metrics["grad_norm"]), norm(range(len(expected))), rtol=1e-4)
+        for indices, limit in limits:
+            self.assertGreater(norm(indices), limit)
+            for i in indices:
+                self.assertAllClose(before[i] - after[i],
+                                    expected[i] * limit / norm(indices), atol=1e-7)
+
     def test_pointer_variables_are_clipped_by_their_own_norm(self):
         expected, _, before, after, metrics = self._one_step(0.02, kind="psmm",
                                                              pointer_clip_norm=0.003)
         pointer = self._pointer_indices()
         self.assertLen(pointer, 3)  # W, b and the sentinel s
         rest = [i for i in range(len(expected)) if i not in pointer]
+        self._assert_groups_clipped(expected, before, after, metrics,
+                                    ((pointer, 0.003), (rest, 0.02)))
 
-        def norm(indices):
-            return np.sqrt(sum(np.sum(expected[i].astype(np.float64) ** 2) for i in indices))
+    def test_char_cnn_variables_are_clipped_by_their_own_norm(self):
+        expected, _, before, after, metrics = self._one_step(
+            0.02, model_fields={"input_embedding": "chars"}, char_cnn_clip_norm=0.003)
+        model = _model("lstm", input_embedding="chars")
+        names = [v.path for v in model.trainable_variables]
+        cnn = [i for i, name in enumerate(names)
+               if name.split("/")[1:3] == ["backbone", "embedding"]]
+        # The character embedding, 5 convolutions and the highway's two layers (kernel and
+        # bias each), the projection's kernel.
+        self.assertLen(cnn, 1 + 10 + 4 + 1)
+        rest = [i for i in range(len(expected)) if i not in cnn]
+        self._assert_groups_clipped(expected, before, after, metrics,
+                                    ((cnn, 0.003), (rest, 0.02)))
 
-        self.assertGreater(norm(pointer), 0.003)
-        self.assertGreater(norm(rest), 0.02)
-        self.assertAllClose(float(metrics["grad_norm"]), norm(range(len(expected))), rtol=1e-4)
-        for indices, limit in ((pointer, 0.003), (rest, 0.02)):
-            for i in indices:
-                self.assertAllClose(before[i] - after[i],
-                                    expected[i] * limit / norm(indices), atol=1e-7)
+    def test_char_cnn_clip_norm_leaves_models_reading_ids_alone(self):
+        unset = self._one_step(0.02, char_cnn_clip_norm=None)
+        grouped = self._one_step(0.02, char_cnn_clip_norm=0.003)
+        for a, b in zip(unset[3], grouped[3], strict=True):
+            self.assertAllEqual(a, b)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ class _Run:
         self.train_step = TrainStep(
             self.model, self.optimizer, strategy, train.batch_size, self.context_length,
             use_memory=use_memory, clip_norm=train.clip_norm, jit_compile=self.jit_compile,
-            pointer_clip_norm=train.pointer_clip_norm, pointer_weight=train.pointer_loss_weight)
+            pointer_clip_norm=train.pointer_clip_norm, pointer_weight=train.pointer_loss_weight,
+            char_cnn_clip_norm=train.char_cnn_clip_norm)
         self.progress = checkpointing.Progress()
         self.carry = checkpointing.Carry(
             self.model.zero_state(train.batch_size),
