@@ -30,6 +30,15 @@ Rows of the ptb and wikitext suites (--rows), all with the same backbone and epo
   lstm+iog, psmm+iog            an input-to-output gate (Takase et al. 2017) trained for
                                 --iog_epochs on the frozen trained run (Adam, lr 1e-3,
                                 embedding 300, dropout 0.5).
+  lstm+char_output,             a character-LSTM output layer (Jozefowicz et al. 2016's "Char
+  psmm+char_output              LSTM predictions") trained for --char_output_epochs on the
+                                frozen trained run (`char_output_training`, its defaults): every
+                                word scored by its spelling, a word outside the vocabulary by
+                                its own characters; with PSMM underneath the pointer adds its
+                                mass to the window's words of the same spelling. Its valid /
+                                test perplexity is the open-vocabulary one, over the same tokens
+                                as the word models' (which score a word outside the vocabulary
+                                as <unk>); the notes give both, and both over those words alone.
 
 Writes <output_dir>/quality.json and <output_dir>/quality.md (tables and the command).
 
@@ -71,6 +80,8 @@ flags.DEFINE_bool("converge", False, "Train the ptb and wikitext rows with the p
                   "instead of a fixed number of epochs: learning rate halved after a worse "
                   "validation epoch, stop after 3 epochs without improvement or at 64.")
 flags.DEFINE_integer("iog_epochs", 2, "Epochs of input-to-output gate training.", lower_bound=1)
+flags.DEFINE_integer("char_output_epochs", 2, "Epochs of character-LSTM output training.",
+                     lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", None, "Limit of steps per epoch (shortened runs).",
                      lower_bound=1)
 flags.DEFINE_integer("cache_window", None, "Neural cache size (hidden states); default: the "
@@ -209,6 +220,22 @@ def _iog_row(suite, kind, out):
             "epochs": results["epochs"], "train_seconds": results["train_seconds"]}
 
 
+def _char_output_row(suite, kind, out):
+    """A character-LSTM output layer trained on the frozen run `kind`."""
+    from psmm_tf.training.char_output_training import CharOutputConfig
+    from psmm_tf.training.char_output_training import run as train_char_output
+
+    config = CharOutputConfig(base_workdir=str(out / suite / kind), seed=FLAGS.seed,
+                              epochs=FLAGS.char_output_epochs,
+                              steps_per_epoch=FLAGS.steps_per_epoch)
+    results = train_char_output(config, out / suite / f"{kind}_char_output", verbose=0)
+    test = results.get("test", {})
+    return {"valid_perplexity": results["valid"]["open_perplexity"],
+            "test_perplexity": test.get("open_perplexity", math.nan),
+            "epochs": results["epochs"], "train_seconds": results["train_seconds"],
+            "open_vocabulary": {"valid": results["valid"], "test": test}}
+
+
 def _suite(suite, data, out, previous):
     rows = dict(previous.get("rows", {}))
     # Trained rows first: the cache and gate rows read their runs.
@@ -224,10 +251,12 @@ def _suite(suite, data, out, previous):
             rows[row] = _cache_row(suite, row.split("+")[0], out)
         elif row.endswith("+iog"):
             rows[row] = _iog_row(suite, row.split("+")[0], out)
+        elif row.endswith("+char_output"):
+            rows[row] = _char_output_row(suite, row.split("+")[0], out)
         else:
             raise app.UsageError(f"--rows: unknown row {row!r}; expected one of "
                                  f"{', '.join(TRAINED_ROWS)}, lstm+cache, psmm+cache, "
-                                 "lstm+iog, psmm+iog.")
+                                 "lstm+iog, psmm+iog, lstm+char_output, psmm+char_output.")
         rows[row]["wall_seconds"] = time.time() - start
         print(f"{suite} {row}: valid {rows[row]['valid_perplexity']:.2f} test "
               f"{rows[row]['test_perplexity']:.2f}", flush=True)
@@ -288,6 +317,15 @@ def _suite_markdown(suite, entry):
             scale, bias = r["gate_calibration"]
             notes += (f"; gate calibrated on valid (logit x {scale:.2f} {bias:+.2f}), valid "
                       f"{r['trained_gate_valid_perplexity']:.2f} with the trained gate")
+        if "open_vocabulary" in r:
+            v = r["open_vocabulary"]["valid"]
+            notes = (f"valid, same {v['tokens']} tokens: word model {v['word_perplexity']:.2f} "
+                     f"(outside words as <unk>), character LSTM {v['char_perplexity']:.2f}")
+            if v["oov_tokens"]:
+                notes += (f"; the {v['oov_tokens']} outside the vocabulary "
+                          f"({100 * v['oov_rate']:.1f}%): <unk> {v['oov']['word_perplexity']:.1f},"
+                          f" character LSTM {v['oov']['char_perplexity']:.0f}, open vocabulary "
+                          f"{v['oov']['open_perplexity']:.0f}")
         second = f"{r.get('second_half_perplexity', math.nan):.2f} | " if half else ""
         lines.append(f"| {name} | {r['valid_perplexity']:.2f} | {r['test_perplexity']:.2f} | "
                      f"{ratio} | {second}{r.get('epochs', '-')} | "

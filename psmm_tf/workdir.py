@@ -42,6 +42,9 @@ RESULTS_FILE = "results.json"
 INITIAL_POINTER_FILE = "initial_pointer.npz"
 TENSORBOARD_DIR = "tensorboard"
 SYNTHETIC_DATA_DIR = "synthetic_data"
+# A character-output run (psmm_tf.training.char_output_training) keeps its settings here, beside
+# checkpoints/, model.keras, history.json and results.json.
+CHAR_OUTPUT_CONFIG_FILE = "char_output.json"
 
 # What training writes: a workdir holding any of these has a run's history.
 TRAINING_OUTPUTS = (CHECKPOINT_DIR, MODEL_FILE, HISTORY_FILE, STEPS_FILE, RESULTS_FILE,

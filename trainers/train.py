@@ -11,6 +11,10 @@ Usage examples:
   # An input-to-output gate (Takase et al. 2017) on that run's frozen model: Adam, lr 0.001.
   psmm-train --input_output_gate_on=/tmp/ptb_psmm --workdir=/tmp/ptb_psmm_gate
 
+  # A character-LSTM output layer (Jozefowicz et al. 2016) on that run's frozen model: it
+  # spells each next word, so words outside the vocabulary get their own probability.
+  psmm-train --char_output_on=/tmp/ptb_psmm --workdir=/tmp/ptb_psmm_chars
+
   # Two GPUs of one machine, or the workers listed in TF_CONFIG.
   psmm-train --preset=medium --dataset=ptb --data_dir=/data/ptb --strategy=mirrored ...
 
@@ -57,6 +61,17 @@ flags.DEFINE_float("gate_dropout", 0.5, "Dropout on the input-to-output gate's e
                    "--input_output_gate_on; paper: 0.5).")
 flags.register_validator("gate_dropout", lambda v: 0 <= v < 1,
                          message=config_flags.CHECKS["probability"][1])
+flags.DEFINE_string("char_output_on", None,
+                    "A trained run's workdir: train only a character-LSTM output layer "
+                    "(Jozefowicz et al. 2016's Char LSTM predictions) on its model.keras, "
+                    "frozen, with its corpus; takes --epochs, --learning_rate (default 0.01, "
+                    "Adam), --seed, --steps_per_epoch, --max_eval_tokens, --batch_size, "
+                    "--num_predicted, --clip_norm, --dropout, --data_dir and the two below.")
+flags.DEFINE_integer("char_output_units", 256, "Units of the character-LSTM output layer "
+                     "(with --char_output_on).", lower_bound=1)
+flags.DEFINE_integer("char_output_word_length", 32, "Characters the character-LSTM output "
+                     "layer spells per word, its two markers included (with --char_output_on); "
+                     "a longer word keeps its first bytes.", lower_bound=3)
 flags.DEFINE_integer("verbose", 1, "1: a progress bar per epoch; 0: log lines only.")
 flags.DEFINE_bool("restart", False, "Train the workdir's run again from scratch, its outputs "
                   "moved into <workdir>/previous_run_<N>/ (needed once its checkpoints are lost).")
@@ -69,6 +84,9 @@ def config_from_flags(f=FLAGS):
     the trained run's gate config) with the given flags set. Raises app.UsageError."""
     try:
         overrides = config_flags.config_overrides(f)
+        for name in [n for n in ("char_output_units", "char_output_word_length")
+                     if f[n].present]:
+            raise ValueError(f"--{name} is only used with --char_output_on.")
         if f.input_output_gate_on is None:
             base = configs.get_preset(f.preset)
             for name in [n for n in ("gate_embedding_dim", "gate_dropout") if f[n].present]:
@@ -87,6 +105,9 @@ def _main(argv):
         cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
     cli.require_tensorflow_backend(PROGRAM)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # no INFO line per shard
+    if FLAGS.char_output_on is not None:
+        _train_char_output()
+        return
     try:
         config = config_from_flags()
         if FLAGS.strategy == "multi_worker" and not os.environ.get("TF_CONFIG"):
@@ -107,6 +128,24 @@ def _main(argv):
                 print(train_lib.format_results(results), flush=True)
     except (run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
         sys.exit(f"FATAL {err}")  # the message names the file or setting; no stack dump
+
+
+def _train_char_output():
+    from psmm_tf.evaluation.trained_run import RunLoadError
+    from psmm_tf.training import char_output_training, checkpointing, run_setup
+
+    try:
+        if FLAGS.strategy != "default":
+            raise ValueError("--char_output_on trains on one device; --strategy cannot be "
+                             "combined with it.")
+        config = config_flags.char_output_config(FLAGS)
+    except ValueError as err:
+        cli.usage_error(PROGRAM, err)
+    try:
+        results = char_output_training.run(config, FLAGS.workdir, verbose=FLAGS.verbose)
+    except (RunLoadError, run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
+        sys.exit(f"FATAL {err}")
+    print(char_output_training.format_results(results), flush=True)
 
 
 def main(argv=None):

@@ -8,7 +8,7 @@ from absl.testing import flagsaver
 
 from psmm_tf import configs
 from psmm_tf.testing import run_in_fresh_process
-from psmm_tf.trainers import train
+from psmm_tf.trainers import config_flags, train
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -241,6 +241,47 @@ class InputOutputGateFlagsTest(tf.test.TestCase):
                     _parse("--workdir=/tmp/w", *args)
 
 
+class CharOutputFlagsTest(tf.test.TestCase):
+    def tearDown(self):
+        flags.FLAGS.unparse_flags()
+        super().tearDown()
+
+    def _config(self, *args):
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["train", "--workdir=/tmp/w", *args])
+        return config_flags.char_output_config(flags.FLAGS)
+
+    def test_flags_set_the_char_output_config(self):
+        with flagsaver.flagsaver():
+            config = self._config("--char_output_on=/runs/base", "--epochs=3",
+                                  "--learning_rate=0.005", "--char_output_units=64",
+                                  "--char_output_word_length=20", "--dropout=0.1", "--seed=7",
+                                  "--bptt=20", "--data_dir=/moved")
+        self.assertEqual(
+            (config.base_workdir, config.epochs, config.learning_rate, config.units,
+             config.max_word_length, config.dropout, config.seed, config.num_predicted,
+             config.data_dir),
+            ("/runs/base", 3, 0.005, 64, 20, 0.1, 7, 20, "/moved"))
+        with flagsaver.flagsaver():
+            config = self._config("--char_output_on=/runs/base")
+        self.assertEqual((config.units, config.learning_rate, config.batch_size),
+                         (256, 1e-2, None))  # the library's defaults; the base run's batch
+
+    def test_refused_combinations_name_the_flags(self):
+        for args, message in [
+            (["--hidden_dim=8", "--model=lstm"], "--model, --hidden_dim cannot be combined"),
+            (["--preset=tiny"], "--preset cannot be combined"),
+            (["--input_output_gate_on=/runs/x"], "--input_output_gate_on cannot be combined"),
+            (["--override=train.seed=3"], "--override cannot be combined"),
+        ]:
+            with self.subTest(args=args), flagsaver.flagsaver():
+                with self.assertRaisesRegex(ValueError, message):
+                    self._config("--char_output_on=/runs/base", *args)
+        with flagsaver.flagsaver(), self.assertRaisesRegex(
+                app.UsageError, "--char_output_units is only used with --char_output_on"):
+            _parse("--workdir=/tmp/w", "--char_output_units=8")
+
+
 class CommandLineTest(tf.test.TestCase):
     def test_refused_flags_exit_with_the_message_and_write_nothing(self):
         workdir = Path(self.get_temp_dir()) / "never"
@@ -250,13 +291,16 @@ class CommandLineTest(tf.test.TestCase):
             (["--strategy=multi_worker"], "--strategy=multi_worker needs the cluster in TF_CONFIG"),
             (["--input_output_gate_on=/runs/base", "--compare_baseline"],
              "--compare_baseline cannot be combined with it"),
+            (["--char_output_on=/runs/none"], "/runs/none"),
+            (["--char_output_on=/runs/base", "--strategy=mirrored"],
+             "--strategy cannot be combined with it"),
         ]:
             code = f"""
                 import os, sys
                 sys.stderr = sys.stdout
                 os.environ.pop("TF_CONFIG", None)
                 sys.argv = ["psmm-train", "--workdir={workdir}", *{args!r}]
-                from psmm_tf.trainers import train
+                from psmm_tf.trainers import config_flags, train
                 try:
                     train.main()
                 except SystemExit as exit:

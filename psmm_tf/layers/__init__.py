@@ -1,6 +1,7 @@
 """Keras layers and mixture ops of the pointer sentinel mixture model and its relatives."""
 
 from psmm_tf.layers.char_cnn import CharacterEmbedding
+from psmm_tf.layers.char_lstm_output import CharacterLSTMOutput
 from psmm_tf.layers.cnn_softmax import CNNSoftmax
 from psmm_tf.layers.input_output_gate import InputOutputGate
 from psmm_tf.layers.locked_dropout import LockedDropout
@@ -21,6 +22,7 @@ from psmm_tf.layers.zoneout_lstm import ZoneoutLSTM
 __all__ = [
     "CNNSoftmax",
     "CharacterEmbedding",
+    "CharacterLSTMOutput",
     "SampledSoftmax",
     "InputOutputGate",
     "LockedDropout",

@@ -7,6 +7,7 @@ import pkgutil
 
 from psmm_tf.models.backbone import LSTMBackbone
 from psmm_tf.models.causal_lm import RecurrentCausalLM, read_model_file
+from psmm_tf.models.char_output_lm import CharacterOutputLM
 from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.inputs import validate_inputs
 from psmm_tf.models.language_model import LanguageModel
@@ -123,6 +124,7 @@ def _gated_base_model(model_config):
 
 
 __all__ = [
+    "CharacterOutputLM",
     "InputOutputGateLM",
     "LSTMBackbone",
     "LSTMLanguageModel",

@@ -1,0 +1,124 @@
+"""The character-LSTM output layer against a NumPy LSTM spelling words one byte at a time."""
+
+import itertools
+
+import numpy as np
+
+from psmm_tf import testing
+from psmm_tf.data.spelling import NUM_CHARACTER_IDS, word_characters
+from psmm_tf.layers.char_lstm_output import CharacterLSTMOutput, trimmed_spellings
+
+W = 8
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def numpy_next_character_probs(layer, hidden, prefix):
+    """Brute force: p(next character | prefix, hidden) from the layer's weights, one LSTM step
+    per character of `prefix` (a list of character ids starting with the begin marker)."""
+    weights = lambda sub: [np.asarray(w, np.float64) for w in sub.weights]  # noqa: E731
+    (table,) = weights(layer.char_embedding)
+    z_kernel, z_bias = weights(layer.conditioning)
+    kernel, recurrent, bias = weights(layer.lstm)
+    out_kernel, out_bias = weights(layer.char_logits)
+    z = np.asarray(hidden, np.float64) @ z_kernel + z_bias
+    units = layer.units
+    s = c = np.zeros(units)
+    for char in prefix:  # Keras' gate order: input, forget, cell, output
+        gates = np.concatenate([table[char], z]) @ kernel + s @ recurrent + bias
+        i, f, g, o = (gates[k * units:(k + 1) * units] for k in range(4))
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        s = _sigmoid(o) * np.tanh(c)
+    logits = s @ out_kernel + out_bias
+    logits[:2] = -np.inf  # padding and the begin marker are never predicted
+    logits -= logits.max()
+    return np.exp(logits) / np.exp(logits).sum()
+
+
+class CharacterLSTMOutputTest(testing.TestCase):
+
+    def _layer(self):
+        layer = CharacterLSTMOutput(units=6, max_word_length=W, char_embedding_dim=4, seed=3)
+        layer(np.zeros((1, 5), "float32"), np.zeros((1, W), "int32"))
+        return layer
+
+    def test_word_probability_is_the_product_of_its_character_probabilities(self):
+        layer = self._layer()
+        words = ["the", "cat", "", "zyzzyva", "héllo", "a"]  # a truncated word, a 2-byte char
+        chars = word_characters(words, W)
+        hidden = np.random.default_rng(0).normal(size=(len(words), 5)).astype("float32")
+        got = np.asarray(layer(hidden.reshape(2, 3, 5), chars.reshape(2, 3, W))).ravel()
+        for k, row in enumerate(chars):
+            spelled = [int(c) for c in row if c != 0]  # begin, bytes, end
+            expected = sum(
+                np.log(numpy_next_character_probs(layer, hidden[k], spelled[:j])[spelled[j]])
+                for j in range(1, len(spelled)))
+            self.assertAllClose(got[k], expected, atol=1e-6, msg=words[k])
+        # "zyzzyva" keeps its first W - 2 = 6 bytes and the end marker.
+        self.assertEqual(list(chars[3]).count(2), 1)
+
+    def test_trimmed_spellings_score_as_the_full_width(self):
+        layer = CharacterLSTMOutput(units=6, max_word_length=24, seed=3)
+        chars = word_characters(["ab", "abcdefghi", "c"], 24)
+        trimmed = trimmed_spellings(chars, multiple=4)
+        self.assertEqual(trimmed.shape, (3, 12))  # 11 characters, rounded up to 12
+        hidden = np.random.default_rng(4).normal(size=(3, 5)).astype("float32")
+        self.assertAllClose(layer(hidden, trimmed), layer(hidden, chars), atol=1e-6)
+
+    def test_padding_rows_score_zero(self):
+        layer = self._layer()
+        hidden = np.ones((2, 5), "float32")
+        self.assertAllClose(layer(hidden, np.zeros((2, W), "int32")), [0.0, 0.0])
+
+    def test_probabilities_of_every_short_word_sum_to_at_most_one(self):
+        """Every spelling of up to 2 bytes over a 4-byte alphabet, plus every longer word it
+        does not list: the listed words' probabilities are a part of a distribution."""
+        layer = self._layer()
+        alphabet = "abcd"
+        words = ["".join(w) for n in range(3) for w in itertools.product(alphabet, repeat=n)]
+        hidden = np.tile(np.random.default_rng(1).normal(size=(1, 5)), (len(words), 1))
+        probs = np.exp(np.asarray(layer(hidden.astype("float32"),
+                                        word_characters(words, W)), np.float64))
+        self.assertLessEqual(probs.sum(), 1.0 + 1e-6)
+        # Brute force over the next character: the words of a closed vocabulary sum to <= 1,
+        # and the whole byte alphabet after "a" sums to exactly p(prefix "a" continues).
+        p_after_a = numpy_next_character_probs(layer, hidden[0], [1, 3 + ord("a")])
+        self.assertAllClose(p_after_a.sum(), 1.0, atol=1e-9)
+        self.assertAllClose(p_after_a[:2], [0.0, 0.0])
+
+    def test_the_whole_byte_alphabet_sums_to_one_over_one_character(self):
+        """The end marker after one byte plus the mass of longer words: p("x") for every byte
+        x, plus the mass of continuing, equals p(one byte) = 1 - p(empty word)."""
+        layer = self._layer()
+        hidden = np.random.default_rng(2).normal(size=(1, 5)).astype("float32")
+        first = numpy_next_character_probs(layer, hidden[0], [1])
+        self.assertAllClose(first.sum(), 1.0, atol=1e-9)
+        self.assertEqual(first.shape, (NUM_CHARACTER_IDS,))
+        one_byte = [chr(b) for b in range(32, 127)]
+        probs = np.exp(np.asarray(layer(np.repeat(hidden, len(one_byte), 0),
+                                        word_characters(one_byte, W)), np.float64))
+        for b, p in zip(range(32, 127), probs, strict=True):
+            after = numpy_next_character_probs(layer, hidden[0], [1, 3 + b])
+            self.assertAllClose(p, first[3 + b] * after[2], rtol=1e-5)
+
+    def test_dropout_only_in_training(self):
+        layer = CharacterLSTMOutput(units=6, max_word_length=W, dropout=0.5, seed=3)
+        hidden = np.ones((4, 5), "float32")
+        chars = word_characters(["a", "b", "c", "d"], W)
+        self.assertAllClose(layer(hidden, chars), layer(hidden, chars))
+        self.assertNotAllClose(layer(hidden, chars), layer(hidden, chars, training=True))
+
+    def test_bad_settings_are_refused(self):
+        with self.assertRaisesRegex(ValueError, "max_word_length"):
+            CharacterLSTMOutput(units=4, max_word_length=2)
+        with self.assertRaisesRegex(ValueError, "dropout"):
+            CharacterLSTMOutput(units=4, dropout=1.0)
+
+    def test_serialization(self):
+        self.run_serialization_test(CharacterLSTMOutput(units=4, max_word_length=W, seed=1))
+
+
+if __name__ == "__main__":
+    testing.main()

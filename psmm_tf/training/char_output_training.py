@@ -1,0 +1,370 @@
+"""Training and evaluating a character-LSTM output layer on a trained run's frozen model.
+
+Jozefowicz et al. (2016) train the "Char LSTM Predictions" layer on a frozen word-level model:
+the word model's hidden state `h_t` (inference mode, LSTM state carried along the corpus as in
+training) conditions `CharacterLSTMOutput`, trained with Adam to minimise
+`-log p_char(w_{t+1} | h_t)`, the sum of the next word's character log-probabilities, averaged
+over the words of a batch. Every word is spelled from the corpus, so a word outside the word
+model's vocabulary is predicted by its own characters, not as `<unk>`.
+
+Evaluation (`evaluate_char_output`) scores every token of a split, one stream, windows of
+`eval_length` with state and pointer memory carried (psmm-evaluate's setting), and reports over
+the same tokens: the word model's closed-vocabulary perplexity (a word outside the vocabulary
+counted as `<unk>`, the usual convention), the character LSTM's (every word by its spelling),
+and the open-vocabulary mixture's (with a pointer underneath: `g p_char + pointer mass on the
+window's words of the same spelling`); then the same three over the words outside the vocabulary
+alone and over those inside it.
+
+The run's folder holds char_output.json (`CharOutputConfig`), checkpoints/ (one per finished
+epoch: a killed run resumes from its last finished epoch), model.keras (`CharacterOutputLM`,
+the best epoch by validation perplexity of the open-vocabulary model), history.json and
+results.json.
+
+Example:
+```python
+# Needs a finished psmm-train run in /runs/ptb_psmm.
+from psmm_tf.training.char_output_training import CharOutputConfig, run
+
+results = run(CharOutputConfig(base_workdir="/runs/ptb_psmm", epochs=2), "/runs/ptb_chars")
+results["test"]["open_perplexity"], results["test"]["oov"]["open_perplexity"]
+```
+"""
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf import workdir as run_files
+from psmm_tf.data import corpus_setup
+from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
+from psmm_tf.layers.char_lstm_output import trimmed_spellings
+from psmm_tf.models import CharacterOutputLM, read_model_file
+from psmm_tf.training import checkpointing, run_setup
+
+
+@dataclasses.dataclass(frozen=True)
+class CharOutputConfig:
+    """A character-LSTM output layer trained on a run's frozen model."""
+
+    # The trained run (config.json, vocab.txt, model.keras) whose model is frozen underneath.
+    base_workdir: str
+    # Units of the character LSTM (and width of its conditioning on h_t).
+    units: int = 256
+    char_embedding_dim: int = 16
+    # Characters per spelling, markers included: longer words keep their first bytes.
+    max_word_length: int = 32
+    # Dropout on h_t in training.
+    dropout: float = 0.25
+    # Adam's learning rate, halved after an epoch whose validation perplexity is not better.
+    # On the synthetic corpus 1e-2 reached a validation perplexity of 683 after 3 epochs where
+    # 2e-3 was at 21,461 after 2 (docs/results.md).
+    learning_rate: float = 1e-2
+    # Global norm limit of the gradient of the mean per-word loss.
+    clip_norm: float = 5.0
+    epochs: int = 4
+    # None: the base run's batch size and window length T.
+    batch_size: int | None = None
+    num_predicted: int | None = None
+    steps_per_epoch: int | None = None
+    # Evaluate on at most this many tokens of the validation and test splits (None: all).
+    max_eval_tokens: int | None = None
+    seed: int = 0
+    # Where the base run's corpus files are now, if not where it read them.
+    data_dir: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.base_workdir, str) or not self.base_workdir:
+            raise ValueError(f"base_workdir must be a trained run's folder, got "
+                             f"{self.base_workdir!r}.")
+        for name in ("units", "char_embedding_dim", "epochs"):
+            _check_positive(name, getattr(self, name))
+        for name in ("batch_size", "num_predicted", "steps_per_epoch", "max_eval_tokens"):
+            if getattr(self, name) is not None:
+                _check_positive(name, getattr(self, name))
+        if not isinstance(self.max_word_length, int) or self.max_word_length < 3:
+            raise ValueError(f"max_word_length must be an integer >= 3, got "
+                             f"{self.max_word_length!r}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}.")
+        for name in ("learning_rate", "clip_norm"):
+            if not 0.0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be a finite number > 0, got "
+                                 f"{getattr(self, name)!r}.")
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        fields = json.loads(text)
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unexpected field(s) {unknown} in a character-output config.")
+        return cls(**fields)
+
+
+def _check_positive(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+
+
+@dataclasses.dataclass
+class _Data:
+    """A split's ids, each token's spelling row for the base model's character inputs (or
+    None) and for the output layer, and the vocabulary size (rows >= it: outside)."""
+
+    ids: np.ndarray
+    words: np.ndarray
+    input_table: np.ndarray | None
+    output_table: np.ndarray
+    vocab_size: int
+
+
+def load_base(config):
+    """The base run (`TrainedRun`) and its splits as `_Data`, spelled for the output layer.
+
+    Raises:
+        RunLoadError: the base run cannot be loaded (naming what), or it is itself a run that
+            wraps another model.
+    """
+    run = load_trained_run(config.base_workdir, data_dir=config.data_dir)
+    if run.config.model.base_model is not None:
+        raise RunLoadError(f"{config.base_workdir} is an input-to-output gate run; train the "
+                           f"character output on the run of the model itself.")
+    spelled = corpus_setup.load_corpus(
+        run.config.data, scratch_dir=Path(config.base_workdir) / run_files.SYNTHETIC_DATA_DIR,
+        vocabulary=run.corpus.vocabulary, max_word_length=config.max_word_length)
+    splits = {}
+    for role, ids in run.corpus.ids.items():
+        output = spelled.spellings[role]
+        base = None if run.corpus.spellings is None else run.corpus.spellings[role]
+        splits[role] = _Data(ids, output.ids, None if base is None else base.table,
+                             output.table, len(run.corpus.vocabulary))
+    return run, splits
+
+
+def build_char_output_model(config, base_model):
+    """A `CharacterOutputLM` of `config` on the frozen `base_model`."""
+    return CharacterOutputLM(base_model, units=config.units,
+                             max_word_length=config.max_word_length,
+                             char_embedding_dim=config.char_embedding_dim,
+                             dropout=config.dropout, seed=config.seed)
+
+
+def _perplexity(log_probs):
+    return float(np.exp(-np.mean(log_probs))) if len(log_probs) else math.nan
+
+
+def evaluate_char_output(model, data, length=100, max_tokens=None):
+    """Per-token scores of a split under the word model, the character LSTM and their mixture.
+
+    One stream (batch 1), windows of `length` inputs, the word model's LSTM state and pointer
+    memory carried from window to window; the pointer's keys are the memory's `M` words before
+    the window followed by the window's own, matched to a target by spelling.
+
+    Args:
+        model: a `CharacterOutputLM`.
+        data: `_Data` of the split.
+        length: int. Window length.
+        max_tokens: optional int. Score the first this many tokens only.
+
+    Returns:
+        dict: `tokens`, `oov_tokens`, `oov_rate`; `word_perplexity` (closed vocabulary, a word
+        outside it scored as `<unk>`), `char_perplexity`, `open_perplexity` over every token;
+        `oov` and `in_vocabulary`: the same three over the targets outside and inside the
+        vocabulary (`oov["word_perplexity"]` is `<unk>`'s, a class, not those words').
+    """
+    base = model.base_model
+    count = len(data.ids) if max_tokens is None else min(len(data.ids), max_tokens)
+    memory_size = base.memory_size if model.has_pointer else 0
+
+    @tf.function
+    def scored(token_ids, token_mask, targets, target_chars, token_chars, key_words,
+               target_words, state, memory):
+        scores, outputs = base.score_step(token_ids, targets, token_mask, state, memory,
+                                          token_chars=token_chars)
+        outputs["word_log_prob"] = model.char_output(outputs["hidden"], target_chars)
+        open_log_prob = model.open_vocabulary_log_prob(outputs, key_words, target_words)
+        return (scores["log_probs"], outputs["word_log_prob"], open_log_prob,
+                outputs["state"], outputs["memory"], outputs.get("key_ids"))
+
+    state, memory = base.zero_state(1), base.empty_memory(1)
+    word, char, mixed = [], [], []
+    for start in range(0, count - 1, length):
+        t = min(length, count - 1 - start)
+        inputs = np.arange(start, start + length)
+        mask = np.arange(length) < t
+        positions = np.where(mask, inputs, start)
+        keys = np.arange(start - memory_size, start + length)  # key j's token position
+        token_chars = (None if data.input_table is None
+                       else data.input_table[data.words[positions]][None])
+        outputs = scored(
+            data.ids[positions][None], mask[None], data.ids[positions + 1][None],
+            trimmed_spellings(data.output_table[data.words[positions + 1]][None]), token_chars,
+            data.words[np.clip(keys, 0, count - 1)][None], data.words[positions + 1][None],
+            state, memory)
+        state, memory = outputs[3], outputs[4]
+        if model.has_pointer:
+            _check_keys(np.asarray(outputs[5])[0], data, keys, start + t)
+        for values, out in zip(outputs[:3], (word, char, mixed), strict=False):
+            out.append(np.asarray(values)[0, :t])
+    word, char, mixed = (np.concatenate(v) for v in (word, char, mixed))
+    outside = data.words[1:count] >= data.vocab_size
+    report = {"tokens": int(count - 1), "oov_tokens": int(outside.sum()),
+              "oov_rate": float(outside.mean())}
+    for name, where in (("all", np.ones_like(outside)), ("oov", outside),
+                        ("in_vocabulary", ~outside)):
+        values = {"word_perplexity": _perplexity(word[where]),
+                  "char_perplexity": _perplexity(char[where]),
+                  "open_perplexity": _perplexity(mixed[where])}
+        if name == "all":
+            report.update(values)
+        else:
+            report[name] = values
+    return report
+
+
+def _check_keys(key_ids, data, key_positions, end):
+    """The pointer's keys (`key_ids`, `(M + length,)`) are the words at `key_positions`, the
+    positions the evaluation matches them at, where a key exists (0 <= position < end): a
+    word of the vocabulary is its own id (the spelling table's first V rows)."""
+    real = (key_positions >= 0) & (key_positions < end)
+    words = data.words[np.where(real, key_positions, 0)]
+    known = real & (words < data.vocab_size)
+    if not np.array_equal(words[known], key_ids[known]):
+        raise RuntimeError(f"The pointer's keys before token {end} are not the words at "
+                           f"their positions: the memory and the window are out of step.")
+
+
+def _training_windows(data, batch_size, num_predicted):
+    """Batches of B contiguous streams, T inputs each, with the next words' spellings."""
+    n = (len(data.ids) - 1) // batch_size
+    rows = np.arange(batch_size)[:, None] * n
+    for start in range(0, n - num_predicted + 1, num_predicted):
+        positions = rows + start + np.arange(num_predicted)[None, :]
+        token_chars = (None if data.input_table is None
+                       else data.input_table[data.words[positions]])
+        yield (data.ids[positions], token_chars,
+               trimmed_spellings(data.output_table[data.words[positions + 1]]))
+
+
+def run(config, workdir, verbose=1):
+    """Trains `config`'s character output layer in `workdir` (resuming a run there).
+
+    Returns:
+        dict: `epochs`, `best_epoch`, `valid` and `test` (`evaluate_char_output` of the best
+        epoch's model), `train_seconds`. Also written to `workdir/results.json`.
+
+    Raises:
+        RunLoadError: the base run cannot be loaded.
+        run_setup.RunRefusedError: `workdir` holds a run of another config.
+    """
+    workdir = Path(workdir)
+    with run_setup.workdir_lock(workdir):
+        return _run(config, workdir, verbose)
+
+
+def _run(config, workdir, verbose):
+    config_path = workdir / run_files.CHAR_OUTPUT_CONFIG_FILE
+    if config_path.is_file():
+        stored = CharOutputConfig.from_json(config_path.read_text(encoding="utf-8"))
+        if dataclasses.replace(stored, epochs=config.epochs) != config:
+            raise run_setup.RunRefusedError(
+                f"{workdir} holds a character-output run of another config ({config_path}); "
+                f"resume it with its own settings (epochs may grow) or use another workdir.")
+    run_, splits = load_base(config)
+    base_config = run_.config
+    batch_size = config.batch_size or base_config.train.batch_size
+    num_predicted = config.num_predicted or base_config.train.num_predicted
+    keras.utils.set_random_seed(config.seed)
+    model = build_char_output_model(config, run_.model)
+    optimizer = keras.optimizers.Adam(config.learning_rate)
+    variables = model.char_output.trainable_variables
+    optimizer.build(variables)
+    epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+    checkpoint = tf.train.Checkpoint(char_output=model.char_output, optimizer=optimizer,
+                                     epoch=epoch)
+    manager = checkpointing.make_manager(checkpoint, workdir / run_files.CHECKPOINT_DIR, 2)
+    checkpointing.restore_latest(checkpoint, workdir / run_files.CHECKPOINT_DIR)
+    run_files.write_text_atomic(config_path, config.to_json())
+    history_path = workdir / run_files.HISTORY_FILE
+    history = json.loads(history_path.read_text()) if history_path.is_file() else []
+    history = history[:int(epoch.numpy())]
+    base = model.base_model
+
+    @tf.function
+    def train_step(token_ids, token_chars, target_chars, state):
+        outputs = base(token_ids, state=state, training=False, token_chars=token_chars)
+        with tf.GradientTape() as tape:
+            log_probs = model.char_output(outputs["hidden"], target_chars, training=True)
+            loss = -tf.reduce_mean(log_probs)
+        grads = tape.gradient(loss, variables)
+        grads, norm = tf.clip_by_global_norm(grads, config.clip_norm)
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return loss, norm, outputs["state"]
+
+    length = base_config.train.eval_length
+    start_time = time.time()
+    while int(epoch.numpy()) < config.epochs:
+        state = base.zero_state(batch_size)
+        losses = []
+        for step, (ids, token_chars, target_chars) in enumerate(
+                _training_windows(splits["train"], batch_size, num_predicted)):
+            if config.steps_per_epoch is not None and step >= config.steps_per_epoch:
+                break
+            loss, _, state = train_step(ids, token_chars, target_chars, state)
+            losses.append(float(loss))
+            if not math.isfinite(losses[-1]):
+                raise FloatingPointError(f"The character output's loss is {losses[-1]} at "
+                                         f"step {step}; the last checkpoint is kept.")
+        valid = evaluate_char_output(model, splits["valid"], length, config.max_eval_tokens)
+        number = int(epoch.numpy()) + 1
+        record = {"epoch": number, "train_word_perplexity": float(np.exp(np.mean(losses))),
+                  "learning_rate": float(optimizer.learning_rate.numpy()), "valid": valid}
+        best = min((r["valid"]["open_perplexity"] for r in history), default=math.inf)
+        if valid["open_perplexity"] < best:
+            run_files.save_model_atomic(model, workdir / run_files.MODEL_FILE)
+        else:
+            optimizer.learning_rate.assign(optimizer.learning_rate * 0.5)
+        history.append(record)
+        epoch.assign(number)
+        manager.save(checkpoint_number=number)
+        run_files.write_json_atomic(history_path, history)
+        if verbose:
+            logging.info("char output epoch %d: train word perplexity %.2f, valid %.2f "
+                         "(oov %.2f)", number, record["train_word_perplexity"],
+                         valid["open_perplexity"], valid["oov"]["open_perplexity"])
+    best = min(history, key=lambda r: r["valid"]["open_perplexity"])
+    saved = read_model_file(workdir / run_files.MODEL_FILE, error=RunLoadError)
+    model.char_output.set_weights(saved.char_output.get_weights())
+    results = {"epochs": len(history), "best_epoch": best["epoch"], "valid": best["valid"],
+               "train_seconds": time.time() - start_time}
+    if "test" in splits:
+        results["test"] = evaluate_char_output(model, splits["test"], length,
+                                               config.max_eval_tokens)
+    run_files.write_json_atomic(workdir / run_files.RESULTS_FILE, results)
+    return results
+
+
+def format_results(results):
+    """Lines of a finished run's numbers (`run`'s results), for psmm-train."""
+    lines = [f"character output: {results['epochs']} epochs, best {results['best_epoch']}"]
+    for split in ("valid", "test"):
+        if split not in results:
+            continue
+        r = results[split]
+        lines.append(
+            f"{split}: {r['tokens']} tokens, {r['oov_tokens']} outside the vocabulary "
+            f"({100 * r['oov_rate']:.2f}%); perplexity word model {r['word_perplexity']:.2f} "
+            f"(outside words as <unk>), character LSTM {r['char_perplexity']:.2f}, open "
+            f"vocabulary {r['open_perplexity']:.2f}; outside words alone: character LSTM "
+            f"{r['oov']['char_perplexity']:.2f}, open vocabulary "
+            f"{r['oov']['open_perplexity']:.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,164 @@
+"""The character-LSTM output layer on a frozen model: its open-vocabulary evaluation against a
+NumPy mixture, window by window against one window, and the word model's numbers against the
+Evaluator's; training, resuming and refusing in a run folder."""
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf import testing
+from psmm_tf import workdir as run_files
+from psmm_tf.data.spelling import spell_splits
+from psmm_tf.data.vocabulary import Vocabulary
+from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.models import CharacterOutputLM, LSTMBackbone, LSTMLanguageModel, PointerSentinelLM
+from psmm_tf.training import char_output_training
+from psmm_tf.training.char_output_training import CharOutputConfig, _Data, evaluate_char_output
+
+W = 10
+VOCAB = ["<unk>", "<eos>"] + [f"w{i}" for i in range(10)]
+
+
+def _text():
+    """40 tokens, a third of them outside the vocabulary, each of those repeated nearby."""
+    rng = np.random.default_rng(0)
+    words = []
+    for k in range(8):
+        words += [VOCAB[rng.integers(2, 12)], f"new{k % 3}", VOCAB[rng.integers(2, 12)],
+                  f"new{k % 3}", "<eos>"]
+    return words
+
+
+def _data(text, input_length=None):
+    vocabulary = Vocabulary(VOCAB)
+    output = spell_splits({"test": text}, vocabulary, W)["test"]
+    inputs = None if input_length is None else spell_splits({"test": text}, vocabulary,
+                                                            input_length)["test"].table
+    return _Data(vocabulary.encode(text), output.ids, inputs, output.table, len(VOCAB))
+
+
+def _model(cls=PointerSentinelLM, backbone=None, **kwargs):
+    backbone = LSTMBackbone(vocab_size=len(VOCAB), embedding_dim=8, hidden_dim=8, num_layers=1,
+                            seed=1, **(backbone or {}))
+    return CharacterOutputLM(cls(backbone, seed=1, **kwargs), units=8, max_word_length=W,
+                             seed=2)
+
+
+class EvaluateCharOutputTest(testing.TestCase):
+
+    def test_open_vocabulary_mixture_is_the_numpy_mixture(self):
+        model = _model(window_size=6)
+        data = _data(_text())
+        n = len(data.ids) - 1
+        report = evaluate_char_output(model, data, length=n)  # one window: keys = inputs
+        outputs = model(data.ids[None, :n], data.output_table[data.words[1:n + 1]][None])
+        attention = np.asarray(outputs["attention"], np.float64)[0]  # (n, n)
+        gate = np.asarray(outputs["gate"], np.float64)[0]
+        char = np.asarray(outputs["word_log_prob"], np.float64)[0]
+        expected = []
+        for t in range(n):
+            same = data.words[:n] == data.words[t + 1]  # keys holding the target's spelling
+            expected.append(np.log(gate[t] * np.exp(char[t]) + attention[t][same].sum()))
+        expected = np.array(expected)
+        self.assertAllClose(report["open_perplexity"], np.exp(-expected.mean()), rtol=1e-5)
+        self.assertAllClose(report["char_perplexity"], np.exp(-char.mean()), rtol=1e-5)
+        outside = data.words[1:] >= len(VOCAB)
+        self.assertEqual(report["oov_tokens"], int(outside.sum()))
+        self.assertGreater(report["oov_tokens"], 10)
+        self.assertAllClose(report["oov"]["open_perplexity"],
+                            np.exp(-expected[outside].mean()), rtol=1e-5)
+        # A word outside the vocabulary seen in the window gets the pointer's mass.
+        self.assertLess(report["oov"]["open_perplexity"], report["oov"]["char_perplexity"])
+
+    def test_windows_with_carried_memory_score_as_one_window(self):
+        model = _model(window_size=6)
+        data = _data(_text())
+        whole = evaluate_char_output(model, data, length=len(data.ids))
+        for length in (4, 7):
+            pieces = evaluate_char_output(model, data, length=length)
+            for key in ("word_perplexity", "char_perplexity", "open_perplexity"):
+                self.assertAllClose(pieces[key], whole[key], rtol=1e-5, msg=(length, key))
+                self.assertAllClose(pieces["oov"][key], whole["oov"][key], rtol=1e-5)
+
+    @testing.skip_unless_tensorflow("the Evaluator is tf.data and tf.function")
+    def test_word_perplexity_is_the_evaluators(self):
+        for cls, kwargs in ((PointerSentinelLM, {"window_size": 6}), (LSTMLanguageModel, {})):
+            model = _model(cls, **kwargs)
+            data = _data(_text())
+            report = evaluate_char_output(model, data, length=7)
+            expected = Evaluator(model.base_model, length=7).evaluate(data.ids).perplexity
+            self.assertAllClose(report["word_perplexity"], expected, rtol=1e-5, msg=cls)
+            if cls is LSTMLanguageModel:  # no pointer: the character LSTM alone
+                self.assertEqual(report["open_perplexity"], report["char_perplexity"])
+
+    def test_a_model_reading_characters_gets_its_own_spelling(self):
+        model = _model(window_size=6,
+                       backbone={"input_embedding": "chars", "max_word_length": 7})
+        model.base_model.set_vocabulary(VOCAB)
+        data = _data(_text(), input_length=7)
+        spelled = evaluate_char_output(model, data, length=7)
+        unknown = data.input_table.copy()
+        unknown[len(VOCAB):] = data.input_table[0]  # every new word spelled as <unk>
+        unk = evaluate_char_output(model, _Data(data.ids, data.words, unknown,
+                                                data.output_table, data.vocab_size), length=7)
+        # Reading the new words as <unk> changes the word model's numbers.
+        self.assertNotAllClose(spelled["word_perplexity"], unk["word_perplexity"])
+
+
+class CharOutputRunTest(testing.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        from psmm_tf.configs import get_preset
+        from psmm_tf.training import train_lib
+
+        cls.root = tempfile.mkdtemp()
+        config = get_preset("tiny").replace(
+            train={"max_epochs": 1, "steps_per_epoch": 30, "max_eval_tokens": 300},
+            data={"synthetic_train_tokens": 4000})
+        cls.base = f"{cls.root}/base"
+        train_lib.run(config, cls.base, verbose=0)
+
+    def _config(self, **fields):
+        fields = {"units": 16, "epochs": 1, "steps_per_epoch": 40, "max_eval_tokens": 300,
+                  **fields}
+        return CharOutputConfig(base_workdir=self.base, **fields)
+
+    @testing.skip_unless_tensorflow("the run's trainer is TensorFlow's")
+    def test_trains_resumes_and_refuses_another_config(self):
+        workdir = f"{self.root}/chars"
+        first = char_output_training.run(self._config(), workdir, verbose=0)
+        self.assertEqual(first["epochs"], 1)
+        history = json.loads((Path(workdir) / run_files.HISTORY_FILE).read_text())
+        resumed = char_output_training.run(self._config(epochs=3), workdir, verbose=0)
+        later = json.loads((Path(workdir) / run_files.HISTORY_FILE).read_text())
+        self.assertEqual(later[0], history[0])  # epoch 1 kept, 2 and 3 trained on it
+        self.assertEqual([r["epoch"] for r in later], [1, 2, 3])
+        perplexities = [r["valid"]["char_perplexity"] for r in later]
+        self.assertLess(perplexities[-1], perplexities[0])  # it learns to spell
+        self.assertTrue(all(math.isfinite(p) for p in perplexities))
+        self.assertEqual(resumed["epochs"], 3)
+        loaded = char_output_training.read_model_file(Path(workdir) / run_files.MODEL_FILE)
+        self.assertIsInstance(loaded, CharacterOutputLM)
+        self.assertEqual(loaded.char_output.units, 16)
+        with self.assertRaisesRegex(ValueError, "another config"):
+            char_output_training.run(self._config(units=32), workdir, verbose=0)
+
+    def test_bad_settings_are_refused(self):
+        for field, value in (("units", 0), ("max_word_length", 2), ("dropout", 1.0),
+                             ("learning_rate", 0.0), ("epochs", 0)):
+            with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
+                CharOutputConfig(base_workdir="/runs/x", **{field: value})
+
+    def test_a_folder_without_a_run_is_named(self):
+        with self.assertRaisesRegex(ValueError, "config.json"):
+            char_output_training.load_base(CharOutputConfig(base_workdir=self.root))
+
+
+if __name__ == "__main__":
+    tf.test.main()
