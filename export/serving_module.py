@@ -33,6 +33,11 @@ are the tokens to score; the model reads `[last_id, token_ids[:-1]]`.
   `K = max(k)` over the batch (TF Serving's batch, with server-side batching); row `i`'s
   columns from `k[i]` on are padding: "" words, id -1, probability 0.
 
+A model with character inputs (`input_embedding="chars"`) reads every word of a text from its
+spelling, a word outside the vocabulary included (`token_ids` still shows it as `<unk>`'s id,
+the id it has in the vocabulary). Its state needs nothing more: the last token a text piece
+reads is its `<eos>`, and the ids signatures read the vocabulary's words.
+
 The model may be any `LanguageModel`, an `InputOutputGateLM` (the gated softmax is served), or
 a `NeuralCache` over either (Grave et al. 2017; `psmm_tf.export.cache`). With a cache, `log_probs`,
 `log_likelihood`, `perplexity` and `top_probs` are those of `(1 - lambda) p_model + lambda
@@ -54,6 +59,8 @@ from psmm_tf.data import Vocabulary
 from psmm_tf.evaluation.neural_cache import CacheSettings, NeuralCache
 from psmm_tf.export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
 from psmm_tf.export.next_word import next_word, top_words
+from psmm_tf.layers import CharacterEmbedding
+from psmm_tf.models.tokenizer import spell_tokens
 
 # Tokens of one request (B x T): ~2 GB of activations at V = 10,000 (a 100,000-word text grew a
 # server to 11.8 GB and died).
@@ -76,6 +83,14 @@ INPUT_RANKS = {
     "cache_hidden": (3, "[batch_size, cache_window, hidden_dim]"),
     "cache_ids": (2, "[batch_size, cache_window]"), "cache_mask": (2, "[batch_size, cache_window]"),
 }
+
+
+def character_input(model):
+    """The `CharacterEmbedding` a model (or the model an `InputOutputGateLM` wraps) reads its
+    words with, or None."""
+    model = getattr(model, "base_model", model)
+    embedding = getattr(getattr(model, "backbone", None), "embedding", None)
+    return embedding if isinstance(embedding, CharacterEmbedding) else None
 
 
 def endpoint_specs(with_cache=False):
@@ -138,6 +153,9 @@ class ServingModule(tf.Module):
         self.cache = None
         if isinstance(model, NeuralCache):
             self.cache, model = CacheSettings.of(model), model.model
+        characters = character_input(model)
+        # W of a model with character inputs, else None.
+        self.max_word_length = None if characters is None else characters.max_word_length
         self.state_names = STATE_NAMES + (CACHE_STATE_NAMES if self.cache else ())
         self._endpoints = endpoint_specs(with_cache=self.cache is not None)
         vocabulary = Vocabulary.load(vocabulary_file)
@@ -214,7 +232,8 @@ class ServingModule(tf.Module):
         vocab_ids = tf.cast(self.word_to_id.lookup(words), tf.int32)
         mask = tf.sequence_mask(lengths, tf.shape(words)[1])
         model_ids = tf.where(tf.logical_and(mask, vocab_ids >= 0), vocab_ids, self.unk_id)
-        outputs = self._held.model(model_ids, token_mask=mask, training=False)
+        outputs = self._held.model(model_ids, token_mask=mask, training=False,
+                                   token_chars=self._spelled(words))
         result = next_word(outputs, words, tf.where(mask, vocab_ids, 0), lengths,
                            self.window_size, self.vocab_size, self.cache)
         return top_words(result, k, self.id_to_word, self.vocab_size, self.window_size)
@@ -309,7 +328,7 @@ class ServingModule(tf.Module):
         tokens = self._limited("texts", tokens.to_tensor(""))
         token_ids = tf.cast(self.word_to_id.lookup(tokens), tf.int32)
         token_ids = tf.where(token_ids >= 0, token_ids, self.unk_id)
-        outputs, state = self._scores(token_ids, lengths, self._state(inputs))
+        outputs, state = self._scores(token_ids, lengths, self._state(inputs), tokens)
         mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1])
         return {"tokens": tokens, "token_ids": tf.where(mask, token_ids, 0), **outputs}, state
 
@@ -319,22 +338,41 @@ class ServingModule(tf.Module):
             {"tokens": tokens},
             lambda t: [validation.size_check(name, t["tokens"], self.max_tokens)])["tokens"]
 
-    def _scores(self, token_ids, lengths, state):
-        """Scores of `token_ids` `(B, T)` (valid ids, `lengths` in `[1, T]`) and the new state."""
+    def _spelled(self, tokens):
+        """The spelling `(B, T, W)` of string `tokens` `(B, T)` for a model with character
+        inputs, else None."""
+        if self.max_word_length is None:
+            return None
+        return spell_tokens(tokens, self.max_word_length)
+
+    def _scores(self, token_ids, lengths, state, tokens=None):
+        """Scores of `token_ids` `(B, T)` (valid ids, `lengths` in `[1, T]`) and the new state.
+
+        `tokens` (string `(B, T)`) are the words themselves, which a model with character
+        inputs reads (a word outside the vocabulary as itself); without them it reads the
+        vocabulary's words of `token_ids`.
+        """
         mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1])
         token_ids = tf.where(mask, token_ids, 0)  # padding may hold any value
         inputs = tf.concat([state["last_id"][:, None], token_ids[:, :-1]], axis=1)
+        new_state = {}
+        input_chars = None
+        if self.max_word_length is not None:
+            words = (self.id_to_word.lookup(tf.cast(token_ids, tf.int64)) if tokens is None
+                     else tokens)
+            last = self.id_to_word.lookup(tf.cast(state["last_id"], tf.int64))
+            input_chars = self._spelled(tf.concat([last[:, None], words[:, :-1]], axis=1))
         layers = tf.unstack(state["lstm_state"], num=self.num_layers, axis=1)
         lstm_state = tuple((layer[:, 0], layer[:, 1]) for layer in layers)
         memory = {"hidden": state["memory_hidden"], "token_ids": state["memory_ids"],
                   "mask": state["memory_mask"]}
         scores, outputs = self._held.model.score_step(inputs, token_ids, mask, lstm_state,
-                                                       memory)
+                                                       memory, token_chars=input_chars)
         log_probs = scores["log_probs"]
-        new_state = {}
         if self.cache is not None:
-            log_probs, new_state = cache.cached_log_probs(self.cache, log_probs, outputs["hidden"],
-                                                          token_ids, lengths, state)
+            log_probs, cache_state = cache.cached_log_probs(
+                self.cache, log_probs, outputs["hidden"], token_ids, lengths, state)
+            new_state.update(cache_state)
         log_probs = tf.where(mask, log_probs, 0.0)
         gate = tf.where(mask, scores["gate"], 0.0)
         log_likelihood = tf.reduce_sum(log_probs, axis=1)

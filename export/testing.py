@@ -125,15 +125,21 @@ def write_vocabulary(path, words=WORDS):
     return path
 
 
-def tiny_model(vocab_size=None, kind="psmm", seed=3):
-    """The `tiny` preset's model (window 8, 2x16) with random weights; returns (model, config)."""
+def tiny_model(vocab_size=None, kind="psmm", seed=3, **model_fields):
+    """The `tiny` preset's model (window 8, 2x16) with random weights; returns (model, config).
+
+    `model_fields` set other `ModelConfig` fields; a model with character inputs is given
+    `WORDS` as its vocabulary."""
     from psmm_tf.configs import get_preset
     from psmm_tf.models import build_model
 
     preset = get_preset("tiny")
     vocab_size = len(WORDS) if vocab_size is None else vocab_size
-    config = preset.replace(model={"vocab_size": vocab_size, "kind": kind, "seed": seed})
+    config = preset.replace(model={"vocab_size": vocab_size, "kind": kind, "seed": seed,
+                                   **model_fields})
     model = build_model(config.model)
+    if config.model.input_embedding == "chars":
+        model.set_vocabulary(WORDS)
     # Random but not symmetric: a larger sentinel spread makes the gate vary between tokens.
     for variable in model.variables:
         if "sentinel" in variable.path:

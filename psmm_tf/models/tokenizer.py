@@ -57,6 +57,27 @@ def text_tokens(texts, finish_last_line=True):
     return tokens
 
 
+def spell_tokens(tokens, max_word_length):
+    """`psmm_tf.data.spelling.word_characters` with TensorFlow string ops, for the signatures.
+
+    Args:
+        tokens: string tensor of any shape `S`.
+        max_word_length: int W. Characters per word, markers included.
+
+    Returns:
+        int32 `S + (W,)`: `[begin, bytes..., end, pad...]` (ids 1, 3 + byte, 2, 0); a longer
+        word keeps its first `W - 2` bytes.
+    """
+    width = max_word_length - 2
+    length = tf.minimum(tf.strings.length(tokens), width)[..., None]  # bytes kept
+    raw = tf.cast(tf.io.decode_raw(tokens, tf.uint8, fixed_length=width), tf.int32)
+    position = tf.range(width + 1)
+    body = tf.where(position[:width] < length, raw + 3, 0)  # 3 + byte
+    body = tf.concat([body, tf.zeros_like(body[..., :1])], axis=-1)
+    body = tf.where(position == length, 2, body)  # the end marker after the last byte
+    return tf.concat([tf.ones_like(body[..., :1]), body], axis=-1)  # the begin marker
+
+
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class WordTokenizer(keras_hub.tokenizers.Tokenizer):
     """Texts -> word ids as the training corpus is read; ids -> text.
