@@ -272,6 +272,10 @@ def run(config, workdir, verbose=1):
 
 
 def _run(config, workdir, verbose):
+    if (workdir / run_files.CONFIG_FILE).exists():
+        raise run_setup.RunRefusedError(
+            f"{workdir} holds a training run ({run_files.CONFIG_FILE}); a character-output run "
+            f"needs a folder of its own (its base run is only read).")
     config_path = workdir / run_files.CHAR_OUTPUT_CONFIG_FILE
     if config_path.is_file():
         stored = CharOutputConfig.from_json(config_path.read_text(encoding="utf-8"))

@@ -148,6 +148,10 @@ class CharOutputRunTest(testing.TestCase):
         self.assertEqual(loaded.char_output.units, 16)
         with self.assertRaisesRegex(ValueError, "another config"):
             char_output_training.run(self._config(units=32), workdir, verbose=0)
+        before = sorted(p.name for p in Path(self.base).iterdir())
+        with self.assertRaisesRegex(ValueError, "holds a training run"):
+            char_output_training.run(self._config(), self.base, verbose=0)
+        self.assertEqual(sorted(p.name for p in Path(self.base).iterdir()), before)
 
     def test_bad_settings_are_refused(self):
         for field, value in (("units", 0), ("max_word_length", 2), ("dropout", 1.0),
