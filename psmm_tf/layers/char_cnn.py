@@ -16,6 +16,13 @@ from psmm_tf.layers.mixture import checked_ids
 DEFAULT_FILTERS = ((1, 32), (2, 64), (3, 128), (4, 128), (5, 128))
 
 
+def seeded_initializer(name, seed, offset):
+    """The Keras initialiser `name` seeded with `seed + offset`, or `name` itself (Keras'
+    unseeded default) when `seed` is None: sub-layers of one seeded layer start apart."""
+    return name if seed is None else keras.initializers.get(
+        {"class_name": name, "config": {"seed": seed + offset}})
+
+
 class CharacterCNN:
     """Mixin of a Keras layer that encodes words from their characters.
 
@@ -41,8 +48,7 @@ class CharacterCNN:
         self.filters = tuple(tuple(f) for f in filters)
 
         def init(default, offset):
-            return default if seed is None else keras.initializers.get(
-                {"class_name": default, "config": {"seed": seed + offset}})
+            return seeded_initializer(default, seed, offset)
 
         policy = self.dtype_policy  # the sub-layers compute as the layer does
         self.char_embedding = keras.layers.Embedding(

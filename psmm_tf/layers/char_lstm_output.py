@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from psmm_tf.data.spelling import NUM_CHARACTER_IDS
+from psmm_tf.layers.char_cnn import seeded_initializer
 
 # The spelling's padding and begin-marker ids (psmm_tf.data.spelling) are never predicted.
 _PAD, _BEGIN = 0, 1
@@ -74,8 +75,7 @@ class CharacterLSTMOutput(keras.layers.Layer):
         self.seed = seed
 
         def init(default, offset):
-            return default if seed is None else keras.initializers.get(
-                {"class_name": default, "config": {"seed": seed + offset}})
+            return seeded_initializer(default, seed, offset)
 
         policy = self.dtype_policy
         self.char_embedding = keras.layers.Embedding(
