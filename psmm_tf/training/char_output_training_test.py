@@ -146,6 +146,12 @@ class CharOutputRunTest(testing.TestCase):
         loaded = char_output_training.read_model_file(Path(workdir) / run_files.MODEL_FILE)
         self.assertIsInstance(loaded, CharacterOutputLM)
         self.assertEqual(loaded.char_output.units, 16)
+        # The saved model is the best epoch's: it scores the validation text as reported.
+        run, splits = char_output_training.load_base(self._config())
+        again = evaluate_char_output(loaded, splits["valid"], run.config.train.eval_length,
+                                     max_tokens=300)
+        self.assertAllClose(again["open_perplexity"], resumed["valid"]["open_perplexity"],
+                            rtol=1e-5)
         with self.assertRaisesRegex(ValueError, "another config"):
             char_output_training.run(self._config(units=32), workdir, verbose=0)
         before = sorted(p.name for p in Path(self.base).iterdir())
