@@ -72,21 +72,27 @@ class CharacterLSTMOutputTest(testing.TestCase):
         hidden = np.ones((2, 5), "float32")
         self.assertAllClose(layer(hidden, np.zeros((2, W), "int32")), [0.0, 0.0])
 
-    def test_probabilities_of_every_short_word_sum_to_at_most_one(self):
-        """Every spelling of up to 2 bytes over a 4-byte alphabet, plus every longer word it
-        does not list: the listed words' probabilities are a part of a distribution."""
+    def test_a_closed_vocabulary_sums_to_at_most_one(self):
+        """Every word of up to 2 bytes over a 4-byte alphabet: at most 1, and exactly the mass
+        the character LSTM leaves on those spellings, `sum_w p(w) = 1 - p(any other word)`,
+        computed by brute force over the tree of prefixes."""
         layer = self._layer()
-        alphabet = "abcd"
-        words = ["".join(w) for n in range(3) for w in itertools.product(alphabet, repeat=n)]
-        hidden = np.tile(np.random.default_rng(1).normal(size=(1, 5)), (len(words), 1))
-        probs = np.exp(np.asarray(layer(hidden.astype("float32"),
+        alphabet = [3 + ord(c) for c in "abcd"]
+        words = ["".join(w) for n in range(3) for w in itertools.product("abcd", repeat=n)]
+        hidden = np.random.default_rng(1).normal(size=(1, 5)).astype("float32")
+        probs = np.exp(np.asarray(layer(np.repeat(hidden, len(words), 0),
                                         word_characters(words, W)), np.float64))
-        self.assertLessEqual(probs.sum(), 1.0 + 1e-6)
-        # Brute force over the next character: the words of a closed vocabulary sum to <= 1,
-        # and the whole byte alphabet after "a" sums to exactly p(prefix "a" continues).
-        p_after_a = numpy_next_character_probs(layer, hidden[0], [1, 3 + ord("a")])
-        self.assertAllClose(p_after_a.sum(), 1.0, atol=1e-9)
-        self.assertAllClose(p_after_a[:2], [0.0, 0.0])
+        self.assertLessEqual(probs.sum(), 1.0)
+
+        def listed_mass(prefix, depth):
+            """p(a listed word | prefix): end here, or one of the alphabet and recurse."""
+            p = numpy_next_character_probs(layer, hidden[0], prefix)
+            mass = p[2]  # the end marker
+            if depth < 2:
+                mass += sum(p[c] * listed_mass(prefix + [c], depth + 1) for c in alphabet)
+            return mass
+
+        self.assertAllClose(probs.sum(), listed_mass([1], 0), rtol=1e-5)
 
     def test_the_whole_byte_alphabet_sums_to_one_over_one_character(self):
         """The end marker after one byte plus the mass of longer words: p("x") for every byte

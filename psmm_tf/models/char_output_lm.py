@@ -7,8 +7,8 @@ part (eq. 3 with the character LSTM in the softmax's place):
 
     p(w) = g_t p_char(w | h_t) + sum_{i: x_i = w} a_i
 
-where a window word matches by its spelling, so a word outside the vocabulary seen in the
-window gets the pointer's mass instead of `<unk>`'s.
+where a window word matches as itself (its row of the corpus's spelling table, not its id), so
+a word outside the vocabulary seen in the window gets the pointer's mass instead of `<unk>`'s.
 """
 
 import keras
@@ -65,9 +65,11 @@ class CharacterOutputLM(keras.Model):
         self.base_model = base_model
         self.base_model.trainable = False
         self.dtype_policy = base_model.dtype_policy
+        # In float32 whatever the base model's policy: it is small, and trains without a loss
+        # scale (a float16 gradient of a character log-probability can underflow).
         self.char_output = CharacterLSTMOutput(
             units, max_word_length=max_word_length, char_embedding_dim=char_embedding_dim,
-            dropout=dropout, seed=seed, name="char_output", dtype=base_model.dtype_policy)
+            dropout=dropout, seed=seed, name="char_output", dtype="float32")
         self.char_output.build((None, base_model.hidden_dim))
         self.built = True
 
@@ -90,7 +92,7 @@ class CharacterOutputLM(keras.Model):
 
     def open_vocabulary_log_prob(self, outputs, key_words, target_words):
         """`log p(target)` over an open vocabulary: the character LSTM's, mixed with the
-        pointer's mass on the window's words of the same spelling when the base model has a
+        pointer's mass on the window's keys holding the same word when the base model has a
         pointer (see the module docstring).
 
         Args:

@@ -88,6 +88,9 @@ class CharOutputConfig:
         for name in ("batch_size", "num_predicted", "steps_per_epoch", "max_eval_tokens"):
             if getattr(self, name) is not None:
                 _check_positive(name, getattr(self, name))
+        if self.max_eval_tokens is not None and self.max_eval_tokens < 2:
+            raise ValueError(f"max_eval_tokens must be >= 2 (a word to read and one to "
+                             f"predict), got {self.max_eval_tokens!r}.")
         if not isinstance(self.max_word_length, int) or self.max_word_length < 3:
             raise ValueError(f"max_word_length must be an integer >= 3, got "
                              f"{self.max_word_length!r}.")
@@ -183,6 +186,9 @@ def evaluate_char_output(model, data, length=100, max_tokens=None):
     """
     base = model.base_model
     count = len(data.ids) if max_tokens is None else min(len(data.ids), max_tokens)
+    if count < 2:
+        raise ValueError(f"evaluate_char_output needs at least two tokens (a word to read and "
+                         f"one to predict), got {count}.")
     memory_size = base.memory_size if model.has_pointer else 0
 
     @tf.function
@@ -243,6 +249,22 @@ def _check_keys(key_ids, data, key_positions, end):
                            f"their positions: the memory and the window are out of step.")
 
 
+def _read_history(workdir, epochs):
+    """The history records of the `epochs` epochs the checkpoint counts as done."""
+    path = workdir / run_files.HISTORY_FILE
+    try:
+        history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    except (ValueError, UnicodeDecodeError) as err:
+        raise run_setup.RunRefusedError(f"{path} cannot be read ({type(err).__name__}: {err}); "
+                                        f"nothing was changed in {workdir}.") from None
+    history = [r for r in history if r.get("epoch", math.inf) <= epochs]
+    if [r["epoch"] for r in history] != list(range(1, epochs + 1)):
+        raise run_setup.RunRefusedError(
+            f"{path} does not hold the {epochs} epochs of the run's checkpoint; the best model "
+            f"cannot be told without them: start the run again in another workdir.")
+    return history
+
+
 def _training_windows(data, batch_size, num_predicted):
     """Batches of B contiguous streams, T inputs each, with the next words' spellings."""
     n = (len(data.ids) - 1) // batch_size
@@ -278,8 +300,14 @@ def _run(config, workdir, verbose):
             f"needs a folder of its own (its base run is only read).")
     config_path = workdir / run_files.CHAR_OUTPUT_CONFIG_FILE
     if config_path.is_file():
-        stored = CharOutputConfig.from_json(config_path.read_text(encoding="utf-8"))
-        if dataclasses.replace(stored, epochs=config.epochs) != config:
+        try:
+            stored = CharOutputConfig.from_json(config_path.read_text(encoding="utf-8"))
+        except (ValueError, TypeError, UnicodeDecodeError) as err:
+            raise run_setup.RunRefusedError(
+                f"{config_path} is not a character-output config ({type(err).__name__}: "
+                f"{err}); nothing was changed in {workdir}.") from None
+        # The epochs may grow and the corpus may have moved; the rest is the run's.
+        if dataclasses.replace(stored, epochs=config.epochs, data_dir=config.data_dir) != config:
             raise run_setup.RunRefusedError(
                 f"{workdir} holds a character-output run of another config ({config_path}); "
                 f"resume it with its own settings (epochs may grow) or use another workdir.")
@@ -293,14 +321,19 @@ def _run(config, workdir, verbose):
     variables = model.char_output.trainable_variables
     optimizer.build(variables)
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
-    checkpoint = tf.train.Checkpoint(char_output=model.char_output, optimizer=optimizer,
-                                     epoch=epoch)
+    # The dropout's random state too: a resumed run draws the masks an unbroken one would.
+    checkpoint = tf.train.Checkpoint(
+        char_output=checkpointing.track_random_states(model.char_output), optimizer=optimizer,
+        epoch=epoch)
     manager = checkpointing.make_manager(checkpoint, workdir / run_files.CHECKPOINT_DIR, 2)
-    checkpointing.restore_latest(checkpoint, workdir / run_files.CHECKPOINT_DIR)
+    try:
+        checkpointing.restore_latest(checkpoint, workdir / run_files.CHECKPOINT_DIR)
+    except AssertionError as err:
+        raise run_setup.RunRefusedError(
+            f"The checkpoints of {workdir} hold another model ({err}); nothing was changed "
+            f"there: use another workdir.") from None
+    history = _read_history(workdir, int(epoch.numpy()))
     run_files.write_text_atomic(config_path, config.to_json())
-    history_path = workdir / run_files.HISTORY_FILE
-    history = json.loads(history_path.read_text()) if history_path.is_file() else []
-    history = history[:int(epoch.numpy())]
     base = model.base_model
 
     @tf.function
@@ -315,6 +348,11 @@ def _run(config, workdir, verbose):
         return loss, norm, outputs["state"]
 
     length = base_config.train.eval_length
+    if next(_training_windows(splits["train"], batch_size, num_predicted), None) is None:
+        raise run_setup.RunRefusedError(
+            f"The training split of {config.base_workdir} ({len(splits['train'].ids)} tokens) "
+            f"holds no window of batch_size x num_predicted = {batch_size} x {num_predicted} "
+            f"tokens; give a smaller --batch_size or --num_predicted.")
     start_time = time.time()
     while int(epoch.numpy()) < config.epochs:
         state = base.zero_state(batch_size)
@@ -333,14 +371,17 @@ def _run(config, workdir, verbose):
         record = {"epoch": number, "train_word_perplexity": float(np.exp(np.mean(losses))),
                   "learning_rate": float(optimizer.learning_rate.numpy()), "valid": valid}
         best = min((r["valid"]["open_perplexity"] for r in history), default=math.inf)
+        history.append(record)
+        # The history first, then the best model, then the checkpoint that counts the epoch as
+        # done: a run killed in between repeats the epoch, its history cut back to the
+        # checkpoint's epochs.
+        run_files.write_json_atomic(workdir / run_files.HISTORY_FILE, history)
         if valid["open_perplexity"] < best:
             run_files.save_model_atomic(model, workdir / run_files.MODEL_FILE)
         else:
             optimizer.learning_rate.assign(optimizer.learning_rate * 0.5)
-        history.append(record)
         epoch.assign(number)
         manager.save(checkpoint_number=number)
-        run_files.write_json_atomic(history_path, history)
         if verbose:
             logging.info("char output epoch %d: train word perplexity %.2f, valid %.2f "
                          "(oov %.2f)", number, record["train_word_perplexity"],

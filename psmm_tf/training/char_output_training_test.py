@@ -109,6 +109,25 @@ class EvaluateCharOutputTest(testing.TestCase):
         self.assertNotAllClose(spelled["word_perplexity"], unk["word_perplexity"])
 
 
+class TrainingWindowsTest(testing.TestCase):
+
+    def test_streams_are_contiguous_and_targets_are_the_next_words(self):
+        data = _data(_text(), input_length=7)
+        batch, steps = 3, 4
+        windows = list(char_output_training._training_windows(data, batch, steps))
+        n = (len(data.ids) - 1) // batch  # 13 positions per stream: 3 whole windows
+        self.assertLen(windows, 3)
+        ids = np.concatenate([w[0] for w in windows], axis=1)
+        self.assertAllEqual(ids, data.ids[:batch * n].reshape(batch, n)[:, :12])
+        for k, (inputs, token_chars, target_chars) in enumerate(windows):
+            positions = np.arange(batch)[:, None] * n + k * steps + np.arange(steps)
+            self.assertAllEqual(inputs, data.ids[positions])
+            self.assertAllEqual(token_chars, data.input_table[data.words[positions]])
+            expected = data.output_table[data.words[positions + 1]]
+            self.assertAllEqual(target_chars, expected[..., :target_chars.shape[-1]])
+            self.assertEqual(expected[..., target_chars.shape[-1]:].sum(), 0)
+
+
 class CharOutputRunTest(testing.TestCase):
 
     @classmethod
@@ -154,6 +173,12 @@ class CharOutputRunTest(testing.TestCase):
                             rtol=1e-5)
         with self.assertRaisesRegex(ValueError, "another config"):
             char_output_training.run(self._config(units=32), workdir, verbose=0)
+        # A history that lost the checkpoint's epochs is refused, not silently shortened.
+        history_file = Path(workdir) / run_files.HISTORY_FILE
+        history_file.write_text(json.dumps(later[:1]))
+        with self.assertRaisesRegex(ValueError, "does not hold the 3 epochs"):
+            char_output_training.run(self._config(epochs=3), workdir, verbose=0)
+        history_file.write_text(json.dumps(later))
         before = sorted(p.name for p in Path(self.base).iterdir())
         with self.assertRaisesRegex(ValueError, "holds a training run"):
             char_output_training.run(self._config(), self.base, verbose=0)
@@ -161,7 +186,7 @@ class CharOutputRunTest(testing.TestCase):
 
     def test_bad_settings_are_refused(self):
         for field, value in (("units", 0), ("max_word_length", 2), ("dropout", 1.0),
-                             ("learning_rate", 0.0), ("epochs", 0)):
+                             ("learning_rate", 0.0), ("epochs", 0), ("max_eval_tokens", 1)):
             with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
                 CharOutputConfig(base_workdir="/runs/x", **{field: value})
 
