@@ -54,6 +54,7 @@ def step_settings(preset, **changes):
     train = preset.train
     settings = dict(context_length=0, use_memory=True, clip_norm=train.clip_norm,
                     pointer_clip_norm=train.pointer_clip_norm,
+                    char_cnn_clip_norm=train.char_cnn_clip_norm,
                     pointer_weight=train.pointer_loss_weight)
     settings.update(changes)
     return settings
