@@ -391,7 +391,10 @@ def _run(config, workdir, verbose):
     model.char_output.set_weights(saved.char_output.get_weights())
     results = {"epochs": len(history), "best_epoch": best["epoch"], "valid": best["valid"],
                "train_seconds": time.time() - start_time}
-    if "test" in splits:
+    data = base_config.data
+    if "test" in splits and data.test_split == data.valid_split:
+        results["test"] = best["valid"]  # the same text (e.g. WikiText-2's test file as both)
+    elif "test" in splits:
         results["test"] = evaluate_char_output(model, splits["test"], length,
                                                config.max_eval_tokens)
     run_files.write_json_atomic(workdir / run_files.RESULTS_FILE, results)
