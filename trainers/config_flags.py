@@ -309,6 +309,23 @@ def check_combination(config, flag_values):
                          f"{config.model.window_size}: the pointer never reaches further back.")
 
 
+def define_gate_flags(flag_values, module_name):
+    """Defines --input_output_gate_on and the gate's two settings."""
+    common = dict(flag_values=flag_values, module_name=module_name)
+    flags.DEFINE_string(
+        "input_output_gate_on", None, "A trained run's workdir: train only an input-to-output "
+        "gate (Takase et al. 2017) on its model.keras, frozen, with its corpus, vocabulary and "
+        "settings; --optimizer and --learning_rate default to adam and 0.001 in this mode.",
+        **common)
+    flags.DEFINE_integer("gate_embedding_dim", 300, "Width of the input-to-output gate's "
+                         "embedding (with --input_output_gate_on; paper: 300).", lower_bound=1,
+                         **common)
+    flags.DEFINE_float("gate_dropout", 0.5, "Dropout on the input-to-output gate's embedding "
+                       "(with --input_output_gate_on; paper: 0.5).", **common)
+    flags.register_validator("gate_dropout", lambda v: 0 <= v < 1,
+                             message=CHECKS["probability"][1], flag_values=flag_values)
+
+
 def gate_base_config(flag_values, overrides):
     """The config of --input_output_gate_on's gate run, before `overrides` are applied.
 
@@ -343,31 +360,3 @@ def gate_base_config(flag_values, overrides):
         train["learning_rate"] = 1e-3 if train["optimizer"] == "adam" else 1.0
     return base
 
-
-# Flags a --char_output_on run takes, and the `CharOutputConfig` field each sets.
-CHAR_OUTPUT_FLAGS = {"epochs": "epochs", "learning_rate": "learning_rate", "seed": "seed",
-                     "steps_per_epoch": "steps_per_epoch", "max_eval_tokens": "max_eval_tokens",
-                     "batch_size": "batch_size", "num_predicted": "num_predicted",
-                     "clip_norm": "clip_norm", "dropout": "dropout", "data_dir": "data_dir",
-                     "char_output_units": "units", "char_output_word_length": "max_word_length"}
-
-
-def char_output_config(flag_values):
-    """The `CharOutputConfig` of --char_output_on: a character-LSTM output layer trained on
-    that run's frozen model, with its corpus and vocabulary. Flags that describe another model,
-    corpus or training scheme are refused (ValueError naming them)."""
-    from psmm_tf.training.char_output_training import CharOutputConfig
-
-    f = flag_values
-    given = [f"--{spec.name}" for spec in CONFIG_FLAGS
-             if f[spec.name].present and spec.name not in CHAR_OUTPUT_FLAGS]
-    given += [f"--{name}" for name in ("preset", "compare_baseline", "input_output_gate_on",
-                                       "gate_embedding_dim", "gate_dropout", OVERRIDE_FLAG)
-              if f[name].present]
-    if given:
-        raise ValueError(f"--char_output_on trains a character-LSTM output layer on that run's "
-                         f"frozen model with its corpus; {', '.join(given)} cannot be combined "
-                         f"with it (it takes --{', --'.join(CHAR_OUTPUT_FLAGS)}).")
-    fields = {field: f[name].value for name, field in CHAR_OUTPUT_FLAGS.items()
-              if f[name].present}
-    return CharOutputConfig(base_workdir=str(f["char_output_on"].value), **fields)

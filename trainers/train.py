@@ -11,8 +11,7 @@ Usage examples:
   # An input-to-output gate (Takase et al. 2017) on that run's frozen model: Adam, lr 0.001.
   psmm-train --input_output_gate_on=/tmp/ptb_psmm --workdir=/tmp/ptb_psmm_gate
 
-  # A character-LSTM output layer (Jozefowicz et al. 2016) on that run's frozen model: it
-  # spells each next word, so words outside the vocabulary get their own probability.
+  # A character-LSTM output layer (Jozefowicz et al. 2016) on that run's frozen model.
   psmm-train --char_output_on=/tmp/ptb_psmm --workdir=/tmp/ptb_psmm_chars
 
   # Two GPUs of one machine, or the workers listed in TF_CONFIG.
@@ -34,7 +33,7 @@ import sys
 from absl import app, flags
 
 from psmm_tf import cli, configs
-from psmm_tf.trainers import config_flags
+from psmm_tf.trainers import char_output_flags, config_flags
 
 FLAGS = flags.FLAGS
 PROGRAM = "psmm-train"
@@ -51,27 +50,8 @@ flags.DEFINE_integer("logical_cpus", 0, "Split the CPU into this many logical de
                      "--strategy=mirrored without GPUs); 0: no split.", lower_bound=0)
 flags.DEFINE_bool("compare_baseline", False, "Train the model and the LSTM baseline with the "
                   "same settings (in workdir/<model> and workdir/lstm); print both.")
-flags.DEFINE_string("input_output_gate_on", None,
-                    "A trained run's workdir: train only an input-to-output gate (Takase et al. "
-                    "2017) on its model.keras, frozen, with its corpus, vocabulary and settings; "
-                    "--optimizer and --learning_rate default to adam and 0.001 in this mode.")
-flags.DEFINE_integer("gate_embedding_dim", 300, "Width of the input-to-output gate's embedding "
-                     "(with --input_output_gate_on; paper: 300).", lower_bound=1)
-flags.DEFINE_float("gate_dropout", 0.5, "Dropout on the input-to-output gate's embedding (with "
-                   "--input_output_gate_on; paper: 0.5).")
-flags.register_validator("gate_dropout", lambda v: 0 <= v < 1,
-                         message=config_flags.CHECKS["probability"][1])
-flags.DEFINE_string("char_output_on", None,
-                    "A trained run's workdir: train only a character-LSTM output layer "
-                    "(Jozefowicz et al. 2016's Char LSTM predictions) on its model.keras, "
-                    "frozen, with its corpus; takes --epochs, --learning_rate (default 0.01, "
-                    "Adam), --seed, --steps_per_epoch, --max_eval_tokens, --batch_size, "
-                    "--num_predicted, --clip_norm, --dropout, --data_dir and the two below.")
-flags.DEFINE_integer("char_output_units", 256, "Units of the character-LSTM output layer "
-                     "(with --char_output_on).", lower_bound=1)
-flags.DEFINE_integer("char_output_word_length", 32, "Characters the character-LSTM output "
-                     "layer spells per word, its two markers included (with --char_output_on); "
-                     "a longer word keeps its first bytes.", lower_bound=3)
+config_flags.define_gate_flags(FLAGS, __name__)
+char_output_flags.define_flags(FLAGS, __name__)
 flags.DEFINE_integer("verbose", 1, "1: a progress bar per epoch; 0: log lines only.")
 flags.DEFINE_bool("restart", False, "Train the workdir's run again from scratch, its outputs "
                   "moved into <workdir>/previous_run_<N>/ (needed once its checkpoints are lost).")
@@ -84,9 +64,7 @@ def config_from_flags(f=FLAGS):
     the trained run's gate config) with the given flags set. Raises app.UsageError."""
     try:
         overrides = config_flags.config_overrides(f)
-        for name in [n for n in ("char_output_units", "char_output_word_length")
-                     if f[n].present]:
-            raise ValueError(f"--{name} is only used with --char_output_on.")
+        char_output_flags.refuse_without_base(f)
         if f.input_output_gate_on is None:
             base = configs.get_preset(f.preset)
             for name in [n for n in ("gate_embedding_dim", "gate_dropout") if f[n].present]:
@@ -106,7 +84,7 @@ def _main(argv):
     cli.require_tensorflow_backend(PROGRAM)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # no INFO line per shard
     if FLAGS.char_output_on is not None:
-        _train_char_output()
+        char_output_flags.train(FLAGS, PROGRAM)
         return
     try:
         config = config_from_flags()
@@ -128,24 +106,6 @@ def _main(argv):
                 print(train_lib.format_results(results), flush=True)
     except (run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
         sys.exit(f"FATAL {err}")  # the message names the file or setting; no stack dump
-
-
-def _train_char_output():
-    from psmm_tf.evaluation.trained_run import RunLoadError
-    from psmm_tf.training import char_output_training, checkpointing, run_setup
-
-    try:
-        if FLAGS.strategy != "default":
-            raise ValueError("--char_output_on trains on one device; --strategy cannot be "
-                             "combined with it.")
-        config = config_flags.char_output_config(FLAGS)
-    except ValueError as err:
-        cli.usage_error(PROGRAM, err)
-    try:
-        results = char_output_training.run(config, FLAGS.workdir, verbose=FLAGS.verbose)
-    except (RunLoadError, run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
-        sys.exit(f"FATAL {err}")
-    print(char_output_training.format_results(results), flush=True)
 
 
 def main(argv=None):

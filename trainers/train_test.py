@@ -8,7 +8,7 @@ from absl.testing import flagsaver
 
 from psmm_tf import configs
 from psmm_tf.testing import run_in_fresh_process
-from psmm_tf.trainers import config_flags, train
+from psmm_tf.trainers import char_output_flags, train
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,7 +249,7 @@ class CharOutputFlagsTest(tf.test.TestCase):
     def _config(self, *args):
         flags.FLAGS.unparse_flags()
         flags.FLAGS(["train", "--workdir=/tmp/w", *args])
-        return config_flags.char_output_config(flags.FLAGS)
+        return char_output_flags.char_output_config(flags.FLAGS)
 
     def test_flags_set_the_char_output_config(self):
         with flagsaver.flagsaver():
@@ -293,14 +293,14 @@ class CommandLineTest(tf.test.TestCase):
              "--compare_baseline cannot be combined with it"),
             (["--char_output_on=/runs/none"], "/runs/none"),
             (["--char_output_on=/runs/base", "--strategy=mirrored"],
-             "--strategy cannot be combined with it"),
+             "--strategy (it trains on one device) cannot be combined with it"),
         ]:
             code = f"""
                 import os, sys
                 sys.stderr = sys.stdout
                 os.environ.pop("TF_CONFIG", None)
                 sys.argv = ["psmm-train", "--workdir={workdir}", *{args!r}]
-                from psmm_tf.trainers import config_flags, train
+                from psmm_tf.trainers import char_output_flags, train
                 try:
                     train.main()
                 except SystemExit as exit:

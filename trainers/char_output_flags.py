@@ -1,0 +1,79 @@
+"""psmm-train's --char_output_on mode: a character-LSTM output layer trained on a run's frozen
+model (`psmm_tf.training.char_output_training`), its flags and its run."""
+
+import sys
+
+from absl import flags
+
+from psmm_tf import cli
+from psmm_tf.trainers.config_flags import CONFIG_FLAGS, OVERRIDE_FLAG
+
+# Flags a --char_output_on run takes, and the `CharOutputConfig` field each sets.
+CHAR_OUTPUT_FLAGS = {"epochs": "epochs", "learning_rate": "learning_rate", "seed": "seed",
+                     "steps_per_epoch": "steps_per_epoch", "max_eval_tokens": "max_eval_tokens",
+                     "batch_size": "batch_size", "num_predicted": "num_predicted",
+                     "clip_norm": "clip_norm", "dropout": "dropout", "data_dir": "data_dir",
+                     "char_output_units": "units", "char_output_word_length": "max_word_length"}
+_OWN_FLAGS = ("char_output_units", "char_output_word_length")
+
+
+def define_flags(flag_values, module_name):
+    """Defines --char_output_on and the output layer's two size flags."""
+    common = dict(flag_values=flag_values, module_name=module_name)
+    flags.DEFINE_string(
+        "char_output_on", None, "A trained run's workdir: train only a character-LSTM output "
+        "layer (Jozefowicz et al. 2016's Char LSTM predictions) on its model.keras, frozen, "
+        "with its corpus; takes --" + ", --".join(CHAR_OUTPUT_FLAGS) + " (--learning_rate: "
+        "Adam's, default 0.01).", **common)
+    flags.DEFINE_integer("char_output_units", 256, "Units of the character-LSTM output layer "
+                         "(with --char_output_on).", lower_bound=1, **common)
+    flags.DEFINE_integer("char_output_word_length", 32, "Characters the character-LSTM output "
+                         "layer spells per word, its two markers included (with "
+                         "--char_output_on); a longer word keeps its first bytes.",
+                         lower_bound=3, **common)
+
+
+def refuse_without_base(flag_values):
+    """ValueError if the output layer's flags are given without --char_output_on."""
+    for name in [n for n in _OWN_FLAGS if flag_values[n].present]:
+        raise ValueError(f"--{name} is only used with --char_output_on.")
+
+
+def char_output_config(flag_values):
+    """The `CharOutputConfig` of --char_output_on. Flags that describe another model, corpus
+    or training scheme are refused (ValueError naming them)."""
+    from psmm_tf.training.char_output_training import CharOutputConfig
+
+    f = flag_values
+    given = [f"--{spec.name}" for spec in CONFIG_FLAGS
+             if f[spec.name].present and spec.name not in CHAR_OUTPUT_FLAGS]
+    given += [f"--{name}" for name in ("preset", "compare_baseline", "input_output_gate_on",
+                                       "gate_embedding_dim", "gate_dropout", OVERRIDE_FLAG)
+              if f[name].present]
+    if f["strategy"].value != "default":
+        given.append("--strategy (it trains on one device)")
+    if given:
+        raise ValueError(f"--char_output_on trains a character-LSTM output layer on that run's "
+                         f"frozen model with its corpus; {', '.join(given)} cannot be combined "
+                         f"with it (it takes --{', --'.join(CHAR_OUTPUT_FLAGS)}).")
+    fields = {field: f[name].value for name, field in CHAR_OUTPUT_FLAGS.items()
+              if f[name].present}
+    return CharOutputConfig(base_workdir=str(f["char_output_on"].value), **fields)
+
+
+def train(flag_values, program):
+    """Runs --char_output_on's training and prints its numbers; a bad flag or run folder exits
+    with the message alone (nothing written)."""
+    from psmm_tf.evaluation.trained_run import RunLoadError
+    from psmm_tf.training import char_output_training, checkpointing, run_setup
+
+    try:
+        config = char_output_config(flag_values)
+    except ValueError as err:
+        cli.usage_error(program, err)
+    try:
+        results = char_output_training.run(config, flag_values["workdir"].value,
+                                           verbose=flag_values["verbose"].value)
+    except (RunLoadError, run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
+        sys.exit(f"FATAL {err}")
+    print(char_output_training.format_results(results), flush=True)
