@@ -9,6 +9,7 @@ from psmm_tf import testing
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.layers import (
     CharacterEmbedding,
+    CharacterLSTMOutput,
     CNNSoftmax,
     InputOutputGate,
     LockedDropout,
@@ -19,6 +20,7 @@ from psmm_tf.layers import (
 )
 from psmm_tf.losses import PointerSentinelLoss
 from psmm_tf.models import (
+    CharacterOutputLM,
     InputOutputGateLM,
     LanguageModelPreprocessor,
     LSTMBackbone,
@@ -57,6 +59,10 @@ INSTANCES = {
     "PointerSoftmaxLM": lambda: PointerSoftmaxLM(_backbone(), window_size=4, switch_units=4),
     "InputOutputGateLM": lambda: InputOutputGateLM(
         LSTMLanguageModel(_backbone(), window_size=4), embedding_dim=4, dropout=0.2, seed=1),
+    "CharacterLSTMOutput": lambda: CharacterLSTMOutput(6, max_word_length=8, dropout=0.1,
+                                                       seed=4),
+    "CharacterOutputLM": lambda: CharacterOutputLM(
+        PointerSentinelLM(_backbone(), window_size=4), units=6, max_word_length=8, seed=2),
 }
 
 
