@@ -4,7 +4,11 @@ TensorFlow's automatic gradient of an unrolled LSTM computes the recurrent kerne
 `h_{t-1}^T dz_t` as one small `(H, B) x (B, 4H)` product per step and adds the T results up,
 and, under a mixed policy, casts the kernel and each of those T gradients once per step. The
 backward pass here keeps what must be sequential (each step's `dz_t U^T`) and takes the
-kernel's gradient as one product over all steps, `H_prev^T dZ` (what cuDNN's LSTM does);
+kernel's gradient as one product over all steps, `H_prev^T dZ` (what cuDNN's LSTM does).
+In float32 each step's `dz_t U^T` reads a transposed copy of `U` made once per call: on CPU,
+oneDNN's float32 product with a transposed right operand, `(B, 4H) x (H, 4H)^T` at a small
+batch, ran at under half the rate of the same product on a stored `U^T` (in bfloat16 the
+transposed operand is the faster one; docs/results.md, "The machine's limit").
 `benchmarks/machine_limit.py` measures it (docs/results.md, "The machine's limit"). The
 numbers are those of the automatic gradient up to float rounding (`lstm_recurrence_tf_test.py`).
 """
@@ -47,6 +51,8 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
             all_c.append(c)
         outputs = (tf.stack(all_h), all_h[state_index], all_c[state_index])
 
+        backprop_through_kernel = _times_transposed(kernel)
+
         def backward(d_all_h, d_h_out, d_c_out):
             d_all_h, d_h_out, d_c_out = (
                 tf.zeros_like(like) if d is None else d
@@ -66,7 +72,7 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
                                 dc_new * i * (1 - g * g), dh_new * tanh_c * o * (1 - o)],
                                axis=-1)
                 dz_all[t] = dz
-                dh = keep_h[t] * dh + tf.matmul(dz, kernel, transpose_b=True)
+                dh = keep_h[t] * dh + backprop_through_kernel(dz)
                 dc = keep_c[t] * dc + dc_new * f
             d_projected = tf.stack(dz_all)
             # dU = sum_t h_{t-1}^T dz_t, one product over all steps.
@@ -79,3 +85,15 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         return outputs, backward
 
     return recurrence(projected, h0, c0, recurrent_kernel)
+
+
+def _times_transposed(kernel):
+    """`dz -> dz U^T` for the `(H, 4H)` kernel `U`, in the faster form for its dtype."""
+    if kernel.dtype != tf.float32:
+        return lambda dz: tf.matmul(dz, kernel, transpose_b=True)
+    units = kernel.shape[0]
+    # U^T as a 3-D transpose of U's (H, 4, H) view: grappler folds a 2-D transpose that feeds
+    # a product back into `transpose_b`, the slow form.
+    kernel_t = tf.reshape(tf.transpose(tf.reshape(kernel, [units, 4, units]), [1, 2, 0]),
+                          [4 * units, units])
+    return lambda dz: tf.matmul(dz, kernel_t)

@@ -29,21 +29,26 @@ def _plain_recurrence(projected, keep_h, keep_c, h, c, kernel, state_index):
 @testing.skip_unless_tensorflow("the TensorFlow recurrence and its backward pass")
 class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
 
-    @parameterized.named_parameters(("training_masks_index_inside", "binary", 4),
-                                    ("inference_weights_last_index", "constant", T - 1))
-    def test_outputs_and_gradients_equal_automatic_differentiation(self, keep, state_index):
+    # float64 takes the transposed-operand product, float32 the stored U^T (_times_transposed).
+    @parameterized.named_parameters(
+        ("training_masks_index_inside", "binary", 4, tf.float64, 1e-12),
+        ("inference_weights_last_index", "constant", T - 1, tf.float64, 1e-12),
+        ("float32_training_masks", "binary", 4, tf.float32, 2e-5),
+        ("float32_inference_weights", "constant", T - 1, tf.float32, 2e-5))
+    def test_outputs_and_gradients_equal_automatic_differentiation(self, keep, state_index,
+                                                                   dtype, atol):
         rng = np.random.default_rng(7)
-        projected = tf.constant(rng.normal(size=(T, B, 4 * H)), tf.float64)
-        kernel = tf.constant(rng.normal(size=(H, 4 * H)) * 0.5, tf.float64)
-        h0, c0 = (tf.constant(rng.normal(size=(B, H)), tf.float64) for _ in range(2))
+        projected = tf.constant(rng.normal(size=(T, B, 4 * H)), dtype)
+        kernel = tf.constant(rng.normal(size=(H, 4 * H)) * 0.5, dtype)
+        h0, c0 = (tf.constant(rng.normal(size=(B, H)), dtype) for _ in range(2))
         if keep == "binary":  # training: each unit kept (1) or updated (0); one masked step
             keep_h, keep_c = (rng.random((T, B, H)) < 0.3 for _ in range(2))
             keep_h[2, 1], keep_c[2, 1] = True, True
         else:  # inference: the expectation
             keep_h = keep_c = np.full((T, B, H), 0.3)
-        keep_h, keep_c = (tf.constant(k, tf.float64) for k in (keep_h, keep_c))
+        keep_h, keep_c = (tf.constant(k, dtype) for k in (keep_h, keep_c))
         # Random weights on every output, so each enters the backward pass.
-        weights = [tf.constant(rng.normal(size=shape), tf.float64)
+        weights = [tf.constant(rng.normal(size=shape), dtype)
                    for shape in ((T, B, H), (B, H), (B, H))]
         results = []
         for function in (zoneout_recurrence, _plain_recurrence):
@@ -54,7 +59,7 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
             grads = tape.gradient(loss, [projected, h0, c0, kernel])
             results.append([o.numpy() for o in outputs] + [g.numpy() for g in grads])
         for got, want in zip(*results, strict=True):
-            self.assertAllClose(got, want, atol=1e-12, rtol=1e-10)
+            self.assertAllClose(got, want, atol=atol, rtol=atol)
 
     def test_unused_state_outputs_have_no_gradient_to_give(self):
         # The layer's loss reads only `all_h` (TF passes None for the state outputs).
