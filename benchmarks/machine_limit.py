@@ -4,12 +4,17 @@ Rows, every one a full training step (forward, loss summed over the window's tar
 global-norm clipping at 5, SGD update) on the same random batch of the preset's shape, interleaved
 round by round (A B C A B C ...) in this process so that load from elsewhere hits all alike:
   stock_keras   keras.layers.Embedding + keras.layers.LSTM x num_layers + Dense, the same
-                shapes, a plain tf.function step (what a user would write with stock Keras);
-  lstm, psmm    psmm_tf's own step (`TrainStep`: the LSTM baseline and PSMM with its memory);
+                shapes, a plain compiled step (what a user would write with stock Keras:
+                a tf.function on TensorFlow, a jax.jit of `stateless_call` on JAX);
+  lstm, psmm    psmm_tf's own step (`TrainStep` on TensorFlow, `JaxTrainStep` on JAX: the LSTM
+                baseline and PSMM with its memory);
   matmuls       only the step's matrix products: per layer the input projection and the T
-                recurrent products, the softmax, each with its two backward products.
-each under every policy of --policies. It also times the step's largest product, `(B T, H) x
-(H, V)`, alone: the machine's matmul rate at the step's shapes. Printed per row: step ms,
+                recurrent products, the softmax, each with its two backward products;
+  largest_product  the step's largest product, `(B T, H) x (H, V)`, alone: the machine's
+                matmul rate at the step's shapes, timed in the same rounds as the steps.
+each under every policy of --policies. The backend is Keras' (`KERAS_BACKEND`): on a GPU host
+with JAX and no TensorFlow, `KERAS_BACKEND=jax` measures the JAX step on the GPU (JAX's default
+float32 matmul precision, printed, is what a user gets). Printed per row: step ms,
 tokens/s, GFLOP/s of the LSTM LM's matmuls (3 x forward FLOPs per token, `backends.py`'s
 count), the fraction of the matmul limit (the matmul rate's tokens/s; and the `matmuls` row's,
 the limit at the step's own small recurrent products), PSMM/LSTM and each policy's speed-up
@@ -17,14 +22,13 @@ over float32.
 
 Usage:
   python benchmarks/machine_limit.py --preset=medium --rounds=10
+  KERAS_BACKEND=jax python benchmarks/machine_limit.py --preset=medium --rounds=20
 """
 
-import time
 
 import keras
 import numpy as np
 import step_setup
-import tensorflow as tf
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -35,8 +39,8 @@ flags.DEFINE_integer("rounds", 10, "Timed steps per row (after two warm-up steps
 flags.DEFINE_list("policies", ["float32", "mixed_bfloat16"], "Keras dtype policies.")
 flags.DEFINE_list("rows", ["stock_keras", "lstm", "psmm", "matmuls"], "Rows per policy.")
 
-COMPUTE_DTYPES = {"float32": tf.float32, "mixed_bfloat16": tf.bfloat16,
-                  "mixed_float16": tf.float16}
+COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16",
+                  "mixed_float16": "float16"}
 
 
 def lstm_lm_forward_flops(model_config, vocab_size):
@@ -47,14 +51,24 @@ def lstm_lm_forward_flops(model_config, vocab_size):
     return sum(2 * (width + hidden) * 4 * hidden for width in inputs) + 2 * hidden * vocab_size
 
 
-def stock_keras_step(preset, batch, policy, vocab_size):
-    """A stock Keras LSTM LM of the preset's sizes and its training step, as a callable."""
-    model_config, train = preset.model, preset.train
+def stock_keras_layers(preset, policy, vocab_size):
+    """Embedding, `num_layers` keras.layers.LSTM and the Dense head of the preset's sizes."""
+    model_config = preset.model
     layers = [keras.layers.Embedding(vocab_size, model_config.embedding_dim, dtype=policy)]
     layers += [keras.layers.LSTM(model_config.hidden_dim, return_sequences=True,
                                  return_state=True, dtype=policy)
                for _ in range(model_config.num_layers)]
-    head = keras.layers.Dense(vocab_size, dtype=policy)
+    return layers, keras.layers.Dense(vocab_size, dtype=policy)
+
+
+def stock_keras_step(preset, batch, policy, vocab_size):
+    """A stock Keras LSTM LM of the preset's sizes and its training step, as a callable."""
+    if keras.backend.backend() == "jax":
+        return stock_keras_step_jax(preset, batch, policy, vocab_size)
+    import tensorflow as tf
+
+    model_config, train = preset.model, preset.train
+    layers, head = stock_keras_layers(preset, policy, vocab_size)
     optimizer = keras.optimizers.SGD(train.learning_rate)
     rows = batch["targets"].shape[0]
     tensors = {k: tf.constant(v) for k, v in batch.items()}
@@ -89,8 +103,63 @@ def stock_keras_step(preset, batch, policy, vocab_size):
     return run
 
 
+def stock_keras_step_jax(preset, batch, policy, vocab_size):
+    """The stock Keras LSTM LM's step on JAX: `jax.jit` of `stateless_call`, its gradient,
+    global-norm clipping and `optimizer.stateless_apply`, the state carried."""
+    import jax
+    import jax.numpy as jnp
+
+    model_config, train = preset.model, preset.train
+    rows, hidden = batch["targets"].shape[0], model_config.hidden_dim
+    layers, head = stock_keras_layers(preset, policy, vocab_size)
+    ids = keras.Input((batch["token_ids"].shape[1],), batch_size=rows, dtype="int32")
+    states = [keras.Input((hidden,), batch_size=rows, dtype=COMPUTE_DTYPES[policy])
+              for _ in range(2 * model_config.num_layers)]
+    x, new_states = layers[0](ids), []
+    for layer, h, c in zip(layers[1:], states[::2], states[1::2], strict=True):
+        x, h, c = layer(x, initial_state=[h, c])
+        new_states += [h, c]
+    model = keras.Model([ids] + states, [head(x)] + new_states)
+    optimizer = keras.optimizers.SGD(train.learning_rate)
+    optimizer.build(model.trainable_variables)
+
+    def loss_fn(trainable, non_trainable, ids, targets, states):
+        outputs, non_trainable = model.stateless_call(trainable, non_trainable, [ids] + states)
+        log_probs = jax.nn.log_softmax(outputs[0].astype("float32"))
+        loss = -jnp.sum(jnp.take_along_axis(log_probs, targets[..., None], axis=-1)) / rows
+        return loss, outputs[1:]
+
+    @jax.jit
+    def step(trainable, non_trainable, optimizer_values, ids, targets, states):
+        (loss, states), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            trainable, non_trainable, ids, targets, states)
+        norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype("float32"))) for g in grads))
+        scale = jnp.minimum(1.0, train.clip_norm / norm)
+        grads = [g * scale.astype(g.dtype) for g in grads]
+        trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads,
+                                                                trainable)
+        return loss, trainable, optimizer_values, states
+
+    values = [[v.value for v in model.trainable_variables],
+              [v.value for v in model.non_trainable_variables],
+              [v.value for v in optimizer.variables]]
+    state = [jnp.zeros((rows, hidden), COMPUTE_DTYPES[policy]) for _ in states]
+    ids, targets = jnp.asarray(batch["token_ids"]), jnp.asarray(batch["targets"])
+
+    def run():
+        loss, values[0], values[2], state[:] = step(values[0], values[1], values[2], ids,
+                                                    targets, state)
+        float(loss)
+
+    return run
+
+
 def matmuls_step(preset, policy, vocab_size):
     """Only the step's matrix products (forward and both backward ones), as a callable."""
+    if keras.backend.backend() == "jax":
+        return matmuls_step_jax(preset, policy, vocab_size)
+    import tensorflow as tf
+
     model_config, train = preset.model, preset.train
     rows, steps = train.batch_size, train.num_predicted
     hidden, dtype = model_config.hidden_dim, COMPUTE_DTYPES[policy]
@@ -123,20 +192,95 @@ def matmuls_step(preset, policy, vocab_size):
     return lambda: float(step())
 
 
-def largest_product_rate(preset, policy, vocab_size, repeats=20):
-    """GFLOP/s of `(B T, H) x (H, V)`, the step's largest product, timed alone."""
+def matmuls_step_jax(preset, policy, vocab_size):
+    """`matmuls_step` on JAX: the same products in one `jax.jit`."""
+    import jax
+    import jax.numpy as jnp
+
+    model_config, train = preset.model, preset.train
+    rows, steps = train.batch_size, train.num_predicted
+    hidden, dtype = model_config.hidden_dim, COMPUTE_DTYPES[policy]
+    rng = np.random.default_rng(0)
+
+    def constant(*shape):
+        return jnp.asarray(rng.normal(size=shape).astype(np.float32) * 0.01, dtype)
+
+    widths = [model_config.embedding_dim] + [hidden] * (model_config.num_layers - 1)
+    layers = [(constant(rows * steps, w), constant(w, 4 * hidden)) for w in widths]
+    recurrent, d_gates = constant(hidden, 4 * hidden), constant(rows, 4 * hidden)
+    hs = constant(steps, rows, hidden)  # one h per step: T products, as on TensorFlow
+    d_all_gates, softmax_in = constant(rows * steps, 4 * hidden), constant(rows * steps, hidden)
+    softmax, d_logits = constant(hidden, vocab_size), constant(rows * steps, vocab_size)
+
+    def forward_backward(x, w, dy):  # y = x w; dx = dy w^T; dw = x^T dy
+        return [x @ w, dy @ w.T, x.T @ dy]
+
+    @jax.jit
+    def step(layers, hs, recurrent, d_gates, softmax_in, softmax, d_logits, d_all_gates):
+        products = []
+        for x, w in layers:
+            products += forward_backward(x, w, d_all_gates)
+            for t in range(steps):
+                products += forward_backward(hs[t], recurrent, d_gates)
+        products += forward_backward(softmax_in, softmax, d_logits)
+        return sum(p[0, 0].astype("float32") for p in products)
+
+    arguments = (layers, hs, recurrent, d_gates, softmax_in, softmax, d_logits, d_all_gates)
+    return lambda: float(step(*arguments))
+
+
+def largest_product_step(preset, policy, vocab_size):
+    """A callable computing `(B T, H) x (H, V)`, the step's largest product, once."""
     rows = preset.train.batch_size * preset.train.num_predicted
     hidden, dtype = preset.model.hidden_dim, COMPUTE_DTYPES[policy]
-    a = tf.cast(tf.random.normal((rows, hidden)), dtype)
-    b = tf.cast(tf.random.normal((hidden, vocab_size)), dtype)
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(rows, hidden)).astype(np.float32)
+    b = rng.normal(size=(hidden, vocab_size)).astype(np.float32)
+    if keras.backend.backend() == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+        product = jax.jit(lambda a, b: (a @ b)[0, :1].astype("float32").sum())
+        return lambda: float(product(a, b))
+    import tensorflow as tf
+
+    a, b = tf.cast(a, dtype), tf.cast(b, dtype)
     product = tf.function(lambda: tf.reduce_sum(tf.cast(tf.matmul(a, b)[0, :1], tf.float32)))
-    product()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        float(product())
-        times.append(time.perf_counter() - start)
-    return 2 * rows * hidden * vocab_size / float(np.median(times)) / 1e9
+    return lambda: float(product())
+
+
+def own_step(preset, batch, row, policy, vocab_size):
+    """psmm_tf's own training step of `row` ("lstm" or "psmm") under `policy`, as a callable:
+    `TrainStep` on TensorFlow, `JaxTrainStep` on JAX."""
+    model, optimizer = step_setup.model_and_optimizer(preset, row, vocab_size, dtype=policy)
+    settings = step_setup.step_settings(preset, use_memory=row == "psmm")
+    if keras.backend.backend() != "jax":
+        return step_setup.tensorflow_step(model, optimizer, batch, settings)
+    from psmm_tf.jax_train_step import JaxTrainStep
+
+    step = JaxTrainStep(model, optimizer, len(batch["targets"]), **settings)
+    carry = [None, None]
+
+    def run():
+        metrics, carry[0], carry[1] = step(batch, carry[0], carry[1])
+        float(metrics["loss"])  # wait for the step
+
+    return run
+
+
+def device_line():
+    """The backend and the device the steps run on."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return (f"backend jax {jax.__version__} on {device.platform} ({device.device_kind}); "
+                f"float32 matmul precision {jax.config.jax_default_matmul_precision or 'default'}")
+    import tensorflow as tf
+
+    return f"backend tensorflow {tf.__version__} on CPU"
 
 
 def main(argv):
@@ -147,6 +291,8 @@ def main(argv):
     flops = 3 * lstm_lm_forward_flops(preset.model, FLAGS.vocab_size) * tokens
     runners = {}
     for policy in FLAGS.policies:
+        runners[f"largest_product/{policy}"] = largest_product_step(preset, policy,
+                                                                    FLAGS.vocab_size)
         for row in FLAGS.rows:
             name = f"{row}/{policy}"
             if row == "stock_keras":
@@ -154,15 +300,20 @@ def main(argv):
             elif row == "matmuls":
                 runners[name] = matmuls_step(preset, policy, FLAGS.vocab_size)
             else:
-                model, optimizer = step_setup.model_and_optimizer(preset, row, FLAGS.vocab_size,
-                                                                  dtype=policy)
-                runners[name] = step_setup.tensorflow_step(
-                    model, optimizer, batch, step_setup.step_settings(
-                        preset, use_memory=row == "psmm"))
-    rates = {policy: largest_product_rate(preset, policy, FLAGS.vocab_size)
-             for policy in FLAGS.policies}
+                runners[name] = own_step(preset, batch, row, policy, FLAGS.vocab_size)
+    unavailable = {}
+    for name, runner in list(runners.items()):
+        try:
+            runner()  # traces and compiles; a row this backend or device cannot run is named
+        except Exception as error:  # noqa: BLE001 (reported, and the other rows run)
+            unavailable[name] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            del runners[name]
     times = {name: float(np.median(t))
              for name, t in step_setup.interleaved_times(runners, FLAGS.rounds).items()}
+    product_flops = (2 * tokens * preset.model.hidden_dim * FLAGS.vocab_size)
+    rates = {policy: product_flops / times.pop(f"largest_product/{policy}") / 1e9
+             for policy in FLAGS.policies}
+    print(device_line())
     print(f"preset {FLAGS.preset}: B={preset.train.batch_size} T={preset.train.num_predicted} "
           f"V={FLAGS.vocab_size}, {tokens} tokens per step, {flops / tokens / 1e6:.1f} MFLOP "
           f"per token (LSTM LM matmuls, 3 x forward); medians of {FLAGS.rounds} steps")
@@ -172,6 +323,8 @@ def main(argv):
               f"{tokens / limit:.0f} tokens/s ({1000 * limit:.1f} ms per step)")
     print(f"{'row':28} {'step ms':>8} {'tokens/s':>9} {'GFLOP/s':>8} {'of limit':>9} "
           f"{'of matmuls':>11} {'psmm/lstm':>10} {'vs float32':>11}")
+    for name, reason in unavailable.items():
+        print(f"{name:28} not measured: {reason}")
     for name, seconds in times.items():
         row, policy = name.split("/")
         limit = flops / (rates[policy] * 1e9)

@@ -41,7 +41,7 @@ def model_and_optimizer(preset, kind, vocab_size, dtype=None):
     optimizer for it (SGD at the preset's learning rate; loss scaling under mixed_float16)."""
     from psmm_tf import configs
     from psmm_tf.models import build_model
-    from psmm_tf.training.run_setup import make_optimizer
+    from psmm_tf.optimizers import make_optimizer
 
     model = build_model(configs.dataclasses.replace(
         preset.model, kind=kind, vocab_size=vocab_size, seed=0), dtype=dtype)

@@ -3,12 +3,16 @@
 import keras
 import keras_hub
 import numpy as np
-import tensorflow as tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN, text_tokens
 from psmm_tf.data.spelling import word_characters
-from psmm_tf.models.tokenizer import WordTokenizer
+from psmm_tf.models.tokenizer import WordTokenizer, require_tensorflow
+
+try:
+    import tensorflow as tf
+except ImportError:  # a host with JAX alone (psmm_tf.models.tokenizer)
+    tf = None
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
@@ -57,6 +61,7 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
     tokenizer_cls = WordTokenizer
 
     def __init__(self, tokenizer=None, sequence_length=128, vocabulary=None, **kwargs):
+        require_tensorflow("LanguageModelPreprocessor")
         kwargs.setdefault("trainable", False)
         kwargs.pop("add_start_token", None)
         kwargs.pop("add_end_token", None)

@@ -19,11 +19,15 @@ Preprocessing in keras-hub is TensorFlow on every Keras backend; the model itsel
 
 import keras
 import keras_hub
-import tensorflow as tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN
 from psmm_tf.data.vocabulary import Vocabulary
+
+try:
+    import tensorflow as tf
+except ImportError:  # a host with JAX alone: the models, layers and JaxTrainStep still work
+    tf = None
 
 VOCABULARY_ASSET = "vocabulary.txt"
 
@@ -31,6 +35,15 @@ VOCABULARY_ASSET = "vocabulary.txt"
 _EXTRA_WHITESPACE = [chr(c) for c in range(0x110000)
                      if chr(c).isspace() and (not chr(c).isascii() or 0x1C <= c <= 0x1F)]
 _EXTRA_WHITESPACE_PATTERN = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in _EXTRA_WHITESPACE) + "]"
+
+
+def require_tensorflow(what):
+    """Raises a clear ImportError where `what` needs TensorFlow's string ops and it is absent."""
+    if tf is None:
+        raise ImportError(
+            f"{what} reads and writes text with TensorFlow string ops, and TensorFlow is not "
+            "installed: pip install tensorflow. The models, layers, losses and JaxTrainStep "
+            "work without it, on token ids.")
 
 
 def text_tokens(texts, finish_last_line=True):
@@ -139,6 +152,7 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
         if vocabulary.eos_id is None:
             raise ValueError(f"The vocabulary has no {EOS_TOKEN} token: a word-level language "
                              "model needs it to end lines.")
+        require_tensorflow("WordTokenizer")
         self.vocabulary = vocabulary
         # Built eagerly (a tf.data pipeline cannot create it); kept out of Keras' and
         # TensorFlow's tracking: it is rebuilt from the vocabulary asset, not checkpointed.

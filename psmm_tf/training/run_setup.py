@@ -11,7 +11,6 @@ import fcntl
 import os
 from pathlib import Path
 
-import keras
 import tensorflow as tf
 from absl import logging
 
@@ -44,19 +43,6 @@ def resolve_jit_compile(mode):
     if mode == "auto":
         return bool(tf.config.list_logical_devices("GPU"))
     return mode == "on"
-
-
-def make_optimizer(train_config):
-    """The Keras optimizer of `train_config` ("sgd" or "adam") at its initial learning rate;
-    under mixed_float16 wrapped in a `LossScaleOptimizer` (dynamic loss scaling: float16
-    gradients of a loss summed over a window underflow or overflow without it)."""
-    if train_config.optimizer == "adam":
-        optimizer = keras.optimizers.Adam(learning_rate=train_config.learning_rate)
-    else:
-        optimizer = keras.optimizers.SGD(learning_rate=train_config.learning_rate)
-    if train_config.mixed_precision == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return optimizer
 
 
 def config_differences(old, new):

@@ -24,6 +24,7 @@ from psmm_tf.data.pipeline import steps_per_epoch, training_windows
 from psmm_tf.evaluation import gate_calibration, pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import LanguageModelPreprocessor, build_model
+from psmm_tf.optimizers import make_optimizer
 from psmm_tf.training import (
     checkpointing,
     distribution,
@@ -63,7 +64,7 @@ class _Run:
             self.model.set_vocabulary(corpus.vocabulary.tokens)
             if train.init_from is not None:  # fine-tuning (a checkpoint, if any, comes later)
                 self.model.set_weights(run_setup.load_init_model(train.init_from).get_weights())
-            self.optimizer = run_setup.make_optimizer(train)
+            self.optimizer = make_optimizer(train)
             self.optimizer.build(self.model.trainable_variables)
         self.schedule = PlateauSchedule(train.learning_rate, train.lr_decay, train.patience,
                                         train.max_epochs)

@@ -1,0 +1,78 @@
+"""The package on a host with JAX and no TensorFlow (the GPU hosts of docs/results.md): the
+models, layers, losses and `JaxTrainStep` import and train; the text pipeline says it needs
+TensorFlow.
+
+Each child runs with KERAS_BACKEND=jax; the one without TensorFlow sets
+`sys.modules["tensorflow"] = None`, so every `import tensorflow` in it raises ImportError, as on
+a host where it is not installed.
+"""
+
+import json
+
+from psmm_tf import testing
+
+STEP_CODE = """
+    import json, sys
+    {block}
+    import keras, numpy as np
+    import psmm_tf
+    from psmm_tf import configs
+    from psmm_tf.data import Vocabulary
+    from psmm_tf.jax_train_step import JaxTrainStep
+    from psmm_tf.models import WordTokenizer, build_model
+    from psmm_tf.optimizers import make_optimizer
+
+    assert keras.backend.backend() == "jax"
+    preset = configs.get_preset("tiny")
+    model = build_model(configs.dataclasses.replace(preset.model, kind="psmm", vocab_size=50,
+                                                    seed=0))
+    rng = np.random.default_rng(0)
+    shape = (preset.train.batch_size, preset.train.num_predicted)
+    batch = {{"token_ids": rng.integers(0, 50, shape).astype("int32"),
+              "token_mask": np.ones(shape, bool),
+              "targets": rng.integers(0, 50, shape).astype("int32"),
+              "target_weights": np.ones(shape, "float32")}}
+    step = JaxTrainStep(model, make_optimizer(preset.train), shape[0], context_length=0,
+                        use_memory=True)
+    state = memory = None
+    losses = []
+    for _ in range(2):
+        metrics, state, memory = step(batch, state, memory)
+        losses.append(float(metrics["loss"]))
+    try:
+        WordTokenizer(Vocabulary.build("the cat <eos>".split()))
+        tokenizer = "built"
+    except ImportError as error:
+        tokenizer = str(error)
+    print(json.dumps({{"losses": losses, "tokenizer": tokenizer,
+                      "tensorflow_loaded": sys.modules.get("tensorflow") is not None}}))
+"""
+WITHOUT_TENSORFLOW = 'sys.modules["tensorflow"] = None  # import tensorflow -> ImportError'
+
+
+def _run(block):
+    out = testing.run_in_fresh_process(STEP_CODE.format(block=block),
+                                       env={"KERAS_BACKEND": "jax"})
+    return json.loads(out.strip().splitlines()[-1])
+
+
+class WithoutTensorFlowTest(testing.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.without = _run(WITHOUT_TENSORFLOW)
+        cls.with_tensorflow = _run("")
+
+    def test_jax_training_step_runs_and_equals_the_step_with_tensorflow_installed(self):
+        self.assertFalse(self.without["tensorflow_loaded"])
+        losses = self.without["losses"]
+        self.assertTrue(all(0 < loss < 1e4 for loss in losses), losses)
+        self.assertLess(losses[1], losses[0])  # it learns the batch
+        self.assertEqual(self.with_tensorflow["tokenizer"], "built")
+        self.assertAllClose(losses, self.with_tensorflow["losses"], rtol=1e-6)
+
+    def test_text_pipeline_names_tensorflow_as_what_is_missing(self):
+        message = self.without["tokenizer"]
+        self.assertIn("WordTokenizer", message)
+        self.assertIn("TensorFlow is not installed: pip install tensorflow", message)
