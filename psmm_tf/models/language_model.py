@@ -504,10 +504,14 @@ def _last_keys_of_each_row(keys, token_mask, size):
     # Window position j is key size + j; the kept keys end there: indices last + 1 .. last + size.
     index = (last + 1)[:, None] + ops.arange(size, dtype="int32")[None, :]
     hidden = keys["hidden"]
-    hidden_index = ops.broadcast_to(index[:, :, None],
-                                    (ops.shape(index)[0], size, ops.shape(hidden)[2]))
+    # The hidden states as whole rows of one (B (size + S), D) matrix: a gather of B size rows,
+    # where take_along_axis would gather B size D single numbers.
+    batch_size, length, dim = ops.shape(hidden)[0], ops.shape(hidden)[1], ops.shape(hidden)[2]
+    rows = index + (ops.arange(batch_size, dtype="int32") * length)[:, None]
+    kept_hidden = ops.reshape(ops.take(ops.reshape(hidden, (-1, dim)), ops.reshape(rows, (-1,)),
+                                       axis=0), (batch_size, size, dim))
     return {
-        "hidden": ops.take_along_axis(hidden, hidden_index, axis=1),
+        "hidden": kept_hidden,
         "token_ids": ops.take_along_axis(keys["token_ids"], index, axis=1),
         "mask": ops.take_along_axis(keys["mask"], index, axis=1),
     }
