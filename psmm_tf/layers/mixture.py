@@ -140,9 +140,10 @@ def mixture_distribution(vocab_logits, attention, gate, key_ids):
 def vocab_log_prob(vocab_logits, targets):
     """`log softmax(vocab_logits)[target]`.
 
-    On TensorFlow it is minus `keras.ops.sparse_categorical_crossentropy` (one fused kernel,
-    gradient included); elsewhere the target's logit less the row's log-sum-exp. Each is the
-    faster of the two on its backend (docs/design_notes.md, "Mixture in log space").
+    The target's logit less the row's log-sum-exp; on TensorFlow with a backward pass of its
+    own, `softmax - one_hot` from one softmax (`target_log_softmax_tf`: faster there than the
+    fused sparse cross-entropy and than the automatic gradient; docs/design_notes.md, "Mixture
+    in log space").
 
     Args:
         vocab_logits: float `(batch_size, T, V)`.
@@ -151,10 +152,12 @@ def vocab_log_prob(vocab_logits, targets):
     Returns:
         float32 `(batch_size, T)`.
     """
-    (vocab_logits,) = _as_tensors(vocab_logits)
+    (vocab_logits,) = _as_tensors(vocab_logits)  # 16-bit logits in float32
     targets = checked_ids("targets", targets, ops.shape(vocab_logits)[-1])
     if keras.backend.backend() == "tensorflow":
-        return -ops.sparse_categorical_crossentropy(targets, vocab_logits, from_logits=True)
+        from psmm_tf.layers.target_log_softmax_tf import target_log_softmax
+
+        return target_log_softmax(vocab_logits, targets)
     target_logit = ops.take_along_axis(vocab_logits, targets[..., None], axis=-1)[..., 0]
     return target_logit - ops.logsumexp(vocab_logits, axis=-1)
 

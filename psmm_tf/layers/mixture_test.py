@@ -102,6 +102,19 @@ class MixtureTest(testing.TestCase):
         self.assertAllClose(value, (expected * weights).sum(), atol=1e-4)
         self.assertAllClose(gradient, weights[..., None] * (one_hot - probs), atol=1e-5)
 
+    def test_vocab_log_prob_of_bfloat16_logits_is_computed_in_float32(self):
+        # A mixed policy's logits: the log-sum-exp over V is taken in float32, not in 16 bits.
+        logits = ops.cast(self.rng.normal(size=(2, 3, 2000)).astype("float32") * 4.0,
+                          "bfloat16")
+        targets = self.rng.integers(0, 2000, size=(2, 3)).astype("int32")
+        rounded = np.asarray(ops.convert_to_numpy(ops.cast(logits, "float32")), np.float64)
+        shifted = rounded - rounded.max(-1, keepdims=True)
+        expected = (np.take_along_axis(shifted, targets[..., None], -1)[..., 0]
+                    - np.log(np.exp(shifted).sum(-1)))
+        result = vocab_log_prob(logits, targets)
+        self.assertEqual(keras.backend.standardize_dtype(result.dtype), "float32")
+        self.assertAllClose(result, expected, atol=2e-5, rtol=0)
+
     def test_log_prob_gradient_matches_finite_differences(self):
         dtype, delta, tolerance = testing.gradient_check_settings()
         logits, attention, gate, key_ids, targets = self._random_case(steps=3, num_memory=2)
@@ -130,10 +143,11 @@ class MixtureTest(testing.TestCase):
         big = [op for op in graph.get_operations() if op.type not in ("Placeholder",)
                for out in op.outputs if out.shape.rank == 3 and out.shape[-1] == 5003
                and op.type not in ("Cast", "Identity", "ReadVariableOp")]
-        # The only [B, T, V] tensors are the fused cross-entropy's own intermediates (the
-        # target's log-probability comes from one kernel, not a one-hot or a scatter).
-        self.assertTrue(all(op.type in ("Sub", "Exp", "Max", "StopGradient", "BroadcastTo")
-                            for op in big),
+        # The only [B, T, V] tensors are the logits themselves (passed through the custom
+        # gradient's IdentityN on TensorFlow) and a log-sum-exp's intermediates: the target's
+        # log-probability is a gather, not a one-hot or a scatter.
+        self.assertTrue(all(op.type in ("Sub", "Exp", "Max", "StopGradient", "BroadcastTo",
+                                        "IdentityN") for op in big),
                         [op.type for op in big])
         self.assertFalse(any(op.type.startswith(("Scatter", "TensorScatter", "OneHot"))
                              for op in graph.get_operations()))
