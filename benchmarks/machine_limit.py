@@ -8,8 +8,8 @@ round by round (A B C A B C ...) in this process so that load from elsewhere hit
                 a tf.function on TensorFlow, a jax.jit of `stateless_call` on JAX);
   lstm, psmm    psmm_tf's own step (`TrainStep` on TensorFlow, `JaxTrainStep` on JAX: the LSTM
                 baseline and PSMM with its memory);
-  matmuls       only the step's matrix products: per layer the input projection and the T
-                recurrent products, the softmax, each with its two backward products;
+  matmuls       only the step's matrix products, in the step's order (each recurrence one
+                product after the other, forward and backward): the floor of the step;
   largest_product  the step's largest product, `(B T, H) x (H, V)`, alone: the machine's
                 matmul rate at the step's shapes, timed in the same rounds as the steps.
 each under every policy of --policies. The backend is Keras' (`KERAS_BACKEND`): on a GPU host
@@ -17,7 +17,7 @@ with JAX and no TensorFlow, `KERAS_BACKEND=jax` measures the JAX step on the GPU
 float32 matmul precision, printed, is what a user gets). Printed per row: step ms,
 tokens/s, GFLOP/s of the LSTM LM's matmuls (3 x forward FLOPs per token, `backends.py`'s
 count), the fraction of the matmul limit (the matmul rate's tokens/s; and the `matmuls` row's,
-the limit at the step's own small recurrent products), PSMM/LSTM and each policy's speed-up
+the floor set by the step's own products in their order), PSMM/LSTM and each policy's speed-up
 over float32.
 
 Usage:
@@ -155,78 +155,65 @@ def stock_keras_step_jax(preset, batch, policy, vocab_size):
 
 
 def matmuls_step(preset, policy, vocab_size):
-    """Only the step's matrix products (forward and both backward ones), as a callable."""
+    """Only the step's matrix products, in the step's order, as a callable: per layer the input
+    projection and the T recurrent products, each depending on the one before (a recurrence
+    cannot run two at a time), the softmax, and the backward products the same way (the
+    recurrent `dz U^T` chain from the top layer down, then `dU`, `dW` and the input's gradient,
+    which feeds the layer below). The floor of the step at this machine's matmul speed for
+    these shapes. `keras.ops`, compiled by the backend (`tf.function`, `jax.jit`)."""
+    from keras import ops
+
+    model_config, train = preset.model, preset.train
+    rows, steps = train.batch_size, train.num_predicted
+    hidden, dtype = model_config.hidden_dim, COMPUTE_DTYPES[policy]
+    rng = np.random.default_rng(0)
+
+    def constant(*shape):
+        return ops.cast(rng.normal(size=shape).astype(np.float32) * 0.01, dtype)
+
+    widths = [model_config.embedding_dim] + [hidden] * (model_config.num_layers - 1)
+    arguments = {"inputs": constant(rows * steps, widths[0]),
+                 "kernels": [constant(w, 4 * hidden) for w in widths],
+                 "recurrent": constant(hidden, 4 * hidden), "h0": constant(rows, hidden),
+                 "softmax": constant(hidden, vocab_size),
+                 "d_logits": constant(rows * steps, vocab_size)}
+
+    def step(a):
+        x, layer_inputs, layer_outputs = a["inputs"], [], []
+        for kernel in a["kernels"]:
+            layer_inputs.append(x)
+            projected, h, all_h = ops.matmul(x, kernel), a["h0"], []
+            for t in range(steps):
+                h = (ops.matmul(h, a["recurrent"]) + projected[t * rows:(t + 1) * rows])[
+                    :, :hidden]
+                all_h.append(h)
+            x = ops.concatenate(all_h, axis=0)  # (T B, H): the next layer's input
+            layer_outputs.append(x)
+        outputs = [ops.matmul(x, a["softmax"])[0, 0]]
+        d_x = ops.matmul(a["d_logits"], ops.transpose(a["softmax"]))
+        outputs.append(ops.matmul(ops.transpose(x), a["d_logits"])[0, 0])
+        for kernel, x, h_all in zip(reversed(a["kernels"]), reversed(layer_inputs),
+                                    reversed(layer_outputs), strict=True):
+            d_gates, all_d = ops.tile(d_x[:rows], (1, 4)), []
+            for _ in range(steps):
+                d_gates = ops.tile(ops.matmul(d_gates, ops.transpose(a["recurrent"])), (1, 4))
+                all_d.append(d_gates)
+            d_all = ops.concatenate(all_d, axis=0)  # (T B, 4H)
+            outputs.append(ops.matmul(ops.transpose(h_all), d_all)[0, 0])  # dU
+            outputs.append(ops.matmul(ops.transpose(x), d_all)[0, 0])  # dW
+            d_x = ops.matmul(d_all, ops.transpose(kernel))  # the layer below's input gradient
+        outputs.append(d_x[0, 0])
+        return sum(ops.cast(o, "float32") for o in outputs)
+
     if keras.backend.backend() == "jax":
-        return matmuls_step_jax(preset, policy, vocab_size)
+        import jax
+
+        compiled = jax.jit(step)
+        return lambda: float(compiled(arguments))
     import tensorflow as tf
 
-    model_config, train = preset.model, preset.train
-    rows, steps = train.batch_size, train.num_predicted
-    hidden, dtype = model_config.hidden_dim, COMPUTE_DTYPES[policy]
-    rng = np.random.default_rng(0)
-
-    def constant(*shape):
-        return tf.constant(rng.normal(size=shape).astype(np.float32) * 0.01, dtype)
-
-    widths = [model_config.embedding_dim] + [hidden] * (model_config.num_layers - 1)
-    layers = [(constant(rows * steps, w), constant(w, 4 * hidden)) for w in widths]
-    recurrent, h, d_gates = constant(hidden, 4 * hidden), constant(rows, hidden), constant(
-        rows, 4 * hidden)
-    d_all_gates, softmax_in = constant(rows * steps, 4 * hidden), constant(rows * steps, hidden)
-    softmax, d_logits = constant(hidden, vocab_size), constant(rows * steps, vocab_size)
-
-    def forward_backward(x, w, dy):  # y = x w; dx = dy w^T; dw = x^T dy
-        return [tf.matmul(x, w), tf.matmul(dy, w, transpose_b=True),
-                tf.matmul(x, dy, transpose_a=True)]
-
-    @tf.function
-    def step():
-        products = []
-        for x, w in layers:
-            products += forward_backward(x, w, d_all_gates)
-            for _ in range(steps):
-                products += forward_backward(h, recurrent, d_gates)
-        products += forward_backward(softmax_in, softmax, d_logits)
-        return tf.add_n([tf.cast(p[0, 0], tf.float32) for p in products])
-
-    return lambda: float(step())
-
-
-def matmuls_step_jax(preset, policy, vocab_size):
-    """`matmuls_step` on JAX: the same products in one `jax.jit`."""
-    import jax
-    import jax.numpy as jnp
-
-    model_config, train = preset.model, preset.train
-    rows, steps = train.batch_size, train.num_predicted
-    hidden, dtype = model_config.hidden_dim, COMPUTE_DTYPES[policy]
-    rng = np.random.default_rng(0)
-
-    def constant(*shape):
-        return jnp.asarray(rng.normal(size=shape).astype(np.float32) * 0.01, dtype)
-
-    widths = [model_config.embedding_dim] + [hidden] * (model_config.num_layers - 1)
-    layers = [(constant(rows * steps, w), constant(w, 4 * hidden)) for w in widths]
-    recurrent, d_gates = constant(hidden, 4 * hidden), constant(rows, 4 * hidden)
-    hs = constant(steps, rows, hidden)  # one h per step: T products, as on TensorFlow
-    d_all_gates, softmax_in = constant(rows * steps, 4 * hidden), constant(rows * steps, hidden)
-    softmax, d_logits = constant(hidden, vocab_size), constant(rows * steps, vocab_size)
-
-    def forward_backward(x, w, dy):  # y = x w; dx = dy w^T; dw = x^T dy
-        return [x @ w, dy @ w.T, x.T @ dy]
-
-    @jax.jit
-    def step(layers, hs, recurrent, d_gates, softmax_in, softmax, d_logits, d_all_gates):
-        products = []
-        for x, w in layers:
-            products += forward_backward(x, w, d_all_gates)
-            for t in range(steps):
-                products += forward_backward(hs[t], recurrent, d_gates)
-        products += forward_backward(softmax_in, softmax, d_logits)
-        return sum(p[0, 0].astype("float32") for p in products)
-
-    arguments = (layers, hs, recurrent, d_gates, softmax_in, softmax, d_logits, d_all_gates)
-    return lambda: float(step(*arguments))
+    compiled = tf.function(step)
+    return lambda: float(compiled(arguments))
 
 
 def largest_product_step(preset, policy, vocab_size):
