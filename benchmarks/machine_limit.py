@@ -177,6 +177,11 @@ def matmuls_step(preset, policy, vocab_size):
                  "recurrent": constant(hidden, 4 * hidden), "h0": constant(rows, hidden),
                  "softmax": constant(hidden, vocab_size),
                  "d_logits": constant(rows * steps, vocab_size)}
+    # The backward recurrent product in the form the TensorFlow step uses: float32 reads a
+    # stored U^T (psmm_tf/layers/lstm_recurrence_tf.py), 16 bits a transposed operand.
+    stored_transpose = keras.backend.backend() == "tensorflow" and dtype == "float32"
+    arguments["recurrent_t"] = (ops.convert_to_tensor(np.asarray(ops.transpose(
+        arguments["recurrent"]))) if stored_transpose else None)
 
     def step(a):
         x, layer_inputs, layer_outputs = a["inputs"], [], []
@@ -196,7 +201,9 @@ def matmuls_step(preset, policy, vocab_size):
                                     reversed(layer_outputs), strict=True):
             d_gates, all_d = ops.tile(d_x[:rows], (1, 4)), []
             for _ in range(steps):
-                d_gates = ops.tile(ops.matmul(d_gates, ops.transpose(a["recurrent"])), (1, 4))
+                recurrent_t = (ops.transpose(a["recurrent"]) if a["recurrent_t"] is None
+                               else a["recurrent_t"])
+                d_gates = ops.tile(ops.matmul(d_gates, recurrent_t), (1, 4))
                 all_d.append(d_gates)
             d_all = ops.concatenate(all_d, axis=0)  # (T B, 4H)
             outputs.append(ops.matmul(ops.transpose(h_all), d_all)[0, 0])  # dU
