@@ -42,24 +42,13 @@ def child(mode):
     for kind in KINDS:
         model, optimizer = step_setup.model_and_optimizer(preset, kind, FLAGS.vocab_size)
         settings = step_setup.step_settings(preset)
-        runners[kind] = step_setup.tensorflow_step(
-            model, optimizer, batch, settings, jit_compile=mode == "tensorflow_xla") if (
-            mode.startswith("tensorflow")) else _jax_step(model, optimizer, batch, settings)
+        if mode.startswith("tensorflow"):
+            runners[kind] = step_setup.tensorflow_step(model, optimizer, batch, settings,
+                                                       jit_compile=mode == "tensorflow_xla")
+        else:
+            runners[kind] = step_setup.jax_step(model, optimizer, batch, settings)
     times = step_setup.interleaved_times(runners, FLAGS.rounds)
     print(json.dumps({"mode": mode, "tokens_per_step": batch["targets"].size, "times": times}))
-
-
-def _jax_step(model, optimizer, batch, settings):
-    from psmm_tf.jax_train_step import JaxTrainStep
-
-    step = JaxTrainStep(model, optimizer, len(batch["targets"]), **settings)
-    carry = [None, None]
-
-    def run():
-        metrics, carry[0], carry[1] = step(batch, carry[0], carry[1])
-        float(metrics["loss"])  # wait for the step
-
-    return run
 
 
 def _paired_ratios(times):

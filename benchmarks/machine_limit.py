@@ -249,18 +249,9 @@ def own_step(preset, batch, row, policy, vocab_size):
     `TrainStep` on TensorFlow, `JaxTrainStep` on JAX."""
     model, optimizer = step_setup.model_and_optimizer(preset, row, vocab_size, dtype=policy)
     settings = step_setup.step_settings(preset, use_memory=row == "psmm")
-    if keras.backend.backend() != "jax":
-        return step_setup.tensorflow_step(model, optimizer, batch, settings)
-    from psmm_tf.jax_train_step import JaxTrainStep
-
-    step = JaxTrainStep(model, optimizer, len(batch["targets"]), **settings)
-    carry = [None, None]
-
-    def run():
-        metrics, carry[0], carry[1] = step(batch, carry[0], carry[1])
-        float(metrics["loss"])  # wait for the step
-
-    return run
+    if keras.backend.backend() == "jax":
+        return step_setup.jax_step(model, optimizer, batch, settings)
+    return step_setup.tensorflow_step(model, optimizer, batch, settings)
 
 
 def device_line():

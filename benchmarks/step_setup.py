@@ -80,6 +80,21 @@ def tensorflow_step(model, optimizer, batch, settings, jit_compile=False):
     return run
 
 
+def jax_step(model, optimizer, batch, settings):
+    """A callable running one `JaxTrainStep` on `batch` (NumPy arrays; state and memory
+    carried); it returns once the step is done."""
+    from psmm_tf.jax_train_step import JaxTrainStep
+
+    step = JaxTrainStep(model, optimizer, len(batch["targets"]), **settings)
+    carry = [None, None]
+
+    def run():
+        metrics, carry[0], carry[1] = step(batch, carry[0], carry[1])
+        float(metrics["loss"])  # wait for the step
+
+    return run
+
+
 def interleaved_times(runners, rounds):
     """{name: [seconds]}: each runner called twice untimed (trace, warm up), then `rounds`
     times in turn (A B C A B C ...), so that load from elsewhere hits all alike."""
