@@ -297,12 +297,15 @@ def main(argv):
              for name, t in step_setup.interleaved_times(runners, FLAGS.rounds).items()}
     product_flops = (2 * tokens * preset.model.hidden_dim * FLAGS.vocab_size)
     rates = {policy: product_flops / times.pop(f"largest_product/{policy}") / 1e9
-             for policy in FLAGS.policies}
+             for policy in FLAGS.policies if f"largest_product/{policy}" in times}
+    for name in [name for name in times if name.split("/")[1] not in rates]:
+        unavailable[name] = "no matmul rate under this policy (its largest product failed)"
+        del times[name]
     print(device_line())
     print(f"preset {FLAGS.preset}: B={preset.train.batch_size} T={preset.train.num_predicted} "
           f"V={FLAGS.vocab_size}, {tokens} tokens per step, {flops / tokens / 1e6:.1f} MFLOP "
           f"per token (LSTM LM matmuls, 3 x forward); medians of {FLAGS.rounds} steps")
-    for policy in FLAGS.policies:
+    for policy in rates:
         limit = flops / (rates[policy] * 1e9)
         print(f"{policy}: the largest product at {rates[policy]:.0f} GFLOP/s -> limit "
               f"{tokens / limit:.0f} tokens/s ({1000 * limit:.1f} ms per step)")

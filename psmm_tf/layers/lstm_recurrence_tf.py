@@ -51,9 +51,8 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
             all_c.append(c)
         outputs = (tf.stack(all_h), all_h[state_index], all_c[state_index])
 
-        backprop_through_kernel = _times_transposed(kernel)
-
         def backward(d_all_h, d_h_out, d_c_out):
+            backprop_through_kernel = _times_transposed(kernel)  # only when differentiated
             d_all_h, d_h_out, d_c_out = (
                 tf.zeros_like(like) if d is None else d
                 for d, like in ((d_all_h, outputs[0]), (d_h_out, h0), (d_c_out, c0)))

@@ -1,9 +1,9 @@
 """`log softmax(z)[y]` on TensorFlow, with a backward pass of its own.
 
 TensorFlow's fused `sparse_softmax_cross_entropy_with_logits` computes the loss and its
-gradient `softmax(z) - one_hot(y)` in one kernel, but on CPU that kernel ran at about a third
-of the speed of the same work written as the row's log-sum-exp (forward) and oneDNN's softmax
-(backward): 19.8 against 11.0 ms for `(700, 10000)` logits, forward and backward, on the
+gradient `softmax(z) - one_hot(y)` in one kernel, but on CPU that kernel took 1.8 times as long
+as the same work written as the row's log-sum-exp (forward) and oneDNN's softmax (backward):
+19.8 against 11.0 ms for `(700, 10000)` logits, forward and backward, on the
 2-core EPYC of docs/results.md ("The machine's limit"). Only the target's log-probability is
 taken forward; the softmax is computed in the backward pass, where it is needed.
 """

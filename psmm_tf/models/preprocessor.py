@@ -7,12 +7,11 @@ from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN, text_tokens
 from psmm_tf.data.spelling import word_characters
-from psmm_tf.models.tokenizer import WordTokenizer, require_tensorflow
-
-try:
-    import tensorflow as tf
-except ImportError:  # a host with JAX alone (psmm_tf.models.tokenizer)
-    tf = None
+from psmm_tf.models.tokenizer import (
+    WordTokenizer,
+    require_tensorflow,
+    tf,  # None on a host with JAX alone
+)
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")

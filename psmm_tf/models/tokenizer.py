@@ -28,6 +28,8 @@ try:
     import tensorflow as tf
 except ImportError:  # a host with JAX alone: the models, layers and JaxTrainStep still work
     tf = None
+if tf is not None and not hasattr(tf, "constant"):  # a folder left by a partial uninstall
+    tf = None
 
 VOCABULARY_ASSET = "vocabulary.txt"
 
@@ -43,7 +45,8 @@ def require_tensorflow(what):
         raise ImportError(
             f"{what} reads and writes text with TensorFlow string ops, and TensorFlow is not "
             "installed: pip install tensorflow. The models, layers, losses and JaxTrainStep "
-            "work without it, on token ids.")
+            "work without it, on token ids; a model saved with its preprocessor (psmm-train's "
+            "model.keras) needs it to load.")
 
 
 def text_tokens(texts, finish_last_line=True):
@@ -132,6 +135,7 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
 
     def __init__(self, vocabulary=None, sequence_length=None, finish_last_line=True,
                  dtype="int32", **kwargs):
+        require_tensorflow("WordTokenizer")
         super().__init__(dtype=dtype, **kwargs)
         self.sequence_length = sequence_length
         self.finish_last_line = finish_last_line
@@ -152,7 +156,6 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
         if vocabulary.eos_id is None:
             raise ValueError(f"The vocabulary has no {EOS_TOKEN} token: a word-level language "
                              "model needs it to end lines.")
-        require_tensorflow("WordTokenizer")
         self.vocabulary = vocabulary
         # Built eagerly (a tf.data pipeline cannot create it); kept out of Keras' and
         # TensorFlow's tracking: it is rebuilt from the vocabulary asset, not checkpointed.
