@@ -212,36 +212,33 @@ def matmuls_step(preset, policy, vocab_size):
         outputs.append(d_x[0, 0])
         return sum(ops.cast(o, "float32") for o in outputs)
 
-    if keras.backend.backend() == "jax":
-        import jax
-
-        compiled = jax.jit(step)
-        return lambda: float(compiled(arguments))
-    import tensorflow as tf
-
-    compiled = tf.function(step)
+    compiled = backend_compiled(step)
     return lambda: float(compiled(arguments))
 
 
 def largest_product_step(preset, policy, vocab_size):
     """A callable computing `(B T, H) x (H, V)`, the step's largest product, once."""
+    from keras import ops
+
     rows = preset.train.batch_size * preset.train.num_predicted
     hidden, dtype = preset.model.hidden_dim, COMPUTE_DTYPES[policy]
     rng = np.random.default_rng(1)
-    a = rng.normal(size=(rows, hidden)).astype(np.float32)
-    b = rng.normal(size=(hidden, vocab_size)).astype(np.float32)
+    arguments = {"a": ops.cast(rng.normal(size=(rows, hidden)).astype(np.float32), dtype),
+                 "b": ops.cast(rng.normal(size=(hidden, vocab_size)).astype(np.float32), dtype)}
+    product = backend_compiled(
+        lambda x: ops.sum(ops.cast(ops.matmul(x["a"], x["b"])[0, :1], "float32")))
+    return lambda: float(product(arguments))
+
+
+def backend_compiled(function):
+    """`function` compiled by the Keras backend's compiler: `jax.jit` or `tf.function`."""
     if keras.backend.backend() == "jax":
         import jax
-        import jax.numpy as jnp
 
-        a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
-        product = jax.jit(lambda a, b: (a @ b)[0, :1].astype("float32").sum())
-        return lambda: float(product(a, b))
+        return jax.jit(function)
     import tensorflow as tf
 
-    a, b = tf.cast(a, dtype), tf.cast(b, dtype)
-    product = tf.function(lambda: tf.reduce_sum(tf.cast(tf.matmul(a, b)[0, :1], tf.float32)))
-    return lambda: float(product())
+    return tf.function(function)
 
 
 def own_step(preset, batch, row, policy, vocab_size):
