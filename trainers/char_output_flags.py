@@ -13,24 +13,35 @@ CHAR_OUTPUT_FLAGS = {"epochs": "epochs", "learning_rate": "learning_rate", "seed
                      "steps_per_epoch": "steps_per_epoch", "max_eval_tokens": "max_eval_tokens",
                      "batch_size": "batch_size", "num_predicted": "num_predicted",
                      "clip_norm": "clip_norm", "dropout": "dropout", "data_dir": "data_dir",
-                     "char_output_units": "units", "char_output_word_length": "max_word_length"}
-_OWN_FLAGS = ("char_output_units", "char_output_word_length")
+                     "char_output_units": "units", "char_output_word_length": "max_word_length",
+                     "char_output_words_per_update": "words_per_update",
+                     "char_output_shuffle_words": "shuffle_words"}
+_OWN_FLAGS = ("char_output_units", "char_output_word_length", "char_output_words_per_update",
+              "char_output_shuffle_words")
 
 
 def define_flags(flag_values, module_name):
-    """Defines --char_output_on and the output layer's two size flags."""
+    """Defines --char_output_on and the output layer's own flags."""
     common = dict(flag_values=flag_values, module_name=module_name)
     flags.DEFINE_string(
         "char_output_on", None, "A trained run's workdir: train only a character-LSTM output "
         "layer (Jozefowicz et al. 2016's Char LSTM predictions) on its model.keras, frozen, "
         "with its corpus; takes --" + ", --".join(CHAR_OUTPUT_FLAGS) + " (--learning_rate: "
-        "Adam's, default 0.01).", **common)
+        "Adam's, default 0.003; --batch_size and --num_predicted: the windows the frozen model reads).",
+        **common)
     flags.DEFINE_integer("char_output_units", 256, "Units of the character-LSTM output layer "
                          "(with --char_output_on).", lower_bound=1, **common)
     flags.DEFINE_integer("char_output_word_length", 32, "Characters the character-LSTM output "
                          "layer spells per word, its two markers included (with "
                          "--char_output_on); a longer word keeps its first bytes.",
                          lower_bound=3, **common)
+    flags.DEFINE_integer("char_output_words_per_update", 128, "Words of one update of the "
+                         "character-LSTM output layer, drawn at random from the shuffle buffer "
+                         "(with --char_output_on).", lower_bound=1, **common)
+    flags.DEFINE_integer("char_output_shuffle_words", 200_000, "Words of the frozen model's "
+                         "consecutive training windows shuffled together into updates (with "
+                         "--char_output_on; at least the training split's size: one shuffle "
+                         "per epoch).", lower_bound=1, **common)
 
 
 def refuse_without_base(flag_values):

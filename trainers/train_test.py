@@ -264,8 +264,14 @@ class CharOutputFlagsTest(tf.test.TestCase):
             ("/runs/base", 3, 0.005, 64, 20, 0.1, 7, 20, "/moved"))
         with flagsaver.flagsaver():
             config = self._config("--char_output_on=/runs/base")
-        self.assertEqual((config.units, config.learning_rate, config.batch_size),
-                         (256, 1e-2, None))  # the library's defaults; the base run's batch
+        self.assertEqual((config.units, config.learning_rate, config.batch_size,
+                          config.words_per_update, config.shuffle_words),
+                         (256, 3e-3, None, 128, 200_000))  # the library's; the base run's batch
+        with flagsaver.flagsaver():
+            config = self._config("--char_output_on=/runs/base",
+                                  "--char_output_words_per_update=64",
+                                  "--char_output_shuffle_words=5000")
+        self.assertEqual((config.words_per_update, config.shuffle_words), (64, 5000))
 
     def test_refused_combinations_name_the_flags(self):
         for args, message in [

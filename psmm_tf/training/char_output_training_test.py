@@ -128,6 +128,59 @@ class TrainingWindowsTest(testing.TestCase):
             self.assertEqual(expected[..., target_chars.shape[-1]:].sum(), 0)
 
 
+
+class ShuffledWordBatchesTest(testing.TestCase):
+
+    def _windows(self, sizes, width=10):
+        """Windows whose hidden state row is the word's number and whose spelling starts with
+        it (the rest padding up to a per-window width)."""
+        start = 0
+        for k, size in enumerate(sizes):
+            numbers = np.arange(start, start + size)
+            chars = np.zeros((size, width + k % 2), np.int32)
+            chars[:, 0] = numbers + 1
+            chars[:, 1] = 2  # a second character: widths differ between windows
+            yield numbers[:, None].astype("float32") * np.ones((1, 3), "float32"), chars
+            start += size
+
+    def _batches(self, sizes, per_update, buffer, seed=0):
+        return list(char_output_training.shuffled_word_batches(
+            self._windows(sizes), per_update, buffer, np.random.default_rng(seed)))
+
+    def test_every_word_once_in_updates_of_the_given_size(self):
+        sizes = [7, 7, 7, 7, 5]  # 33 words
+        batches = self._batches(sizes, per_update=4, buffer=10)
+        numbers = np.concatenate([hidden[:, 0] for hidden, _ in batches]).astype(int)
+        self.assertAllEqual(np.sort(numbers), np.arange(33))
+        self.assertEqual([len(h) for h, _ in batches], [4] * 8 + [1])
+        for hidden, chars in batches:
+            # Each word keeps its own spelling, cut to the columns its batch needs.
+            self.assertAllEqual(chars[:, 0], hidden[:, 0].astype(int) + 1)
+            self.assertEqual(chars.shape[1], 8)  # two characters: trimmed to a multiple of 8
+        # Shuffled: not in corpus order.
+        self.assertFalse(np.array_equal(numbers, np.arange(33)))
+
+    def test_a_buffer_mixes_only_the_windows_it_holds(self):
+        # A buffer of 14 words: the first fill is windows 1-2 (words 0-13), cut into 3 updates
+        # of 4 with 2 words left for the next fill.
+        batches = self._batches([7, 7, 7, 7], per_update=4, buffer=14)
+        first = np.concatenate([h[:, 0] for h, _ in batches[:3]])
+        self.assertTrue(np.all(first < 14))
+        # One buffer as large as the split: one shuffle over all of it.
+        whole = self._batches([7, 7, 7, 7], per_update=4, buffer=1000)
+        self.assertTrue(np.any(np.concatenate([h[:, 0] for h, _ in whole[:3]]) >= 14))
+
+    def test_the_same_seed_gives_the_same_updates(self):
+        a = self._batches([7, 7, 5], per_update=3, buffer=8, seed=4)
+        b = self._batches([7, 7, 5], per_update=3, buffer=8, seed=4)
+        c = self._batches([7, 7, 5], per_update=3, buffer=8, seed=5)
+        for (ha, ca), (hb, cb) in zip(a, b, strict=True):
+            self.assertAllEqual(ha, hb)
+            self.assertAllEqual(ca, cb)
+        self.assertFalse(np.array_equal(np.concatenate([h for h, _ in a]),
+                                        np.concatenate([h for h, _ in c])))
+
+
 class CharOutputRunTest(testing.TestCase):
 
     @classmethod
