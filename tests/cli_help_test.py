@@ -21,13 +21,15 @@ TRAIN_FLAGS = (
     "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",
     "optimizer", "learning_rate", "warmup_steps", "pointer_warmup_steps", "lr_decay", "dropout",
     "zoneout", "clip_norm", "init_scale", "initial_gate",
-    "pointer_clip_norm", "char_cnn_clip_norm", "pointer_loss_weight", "[no]calibrate_gate", "seed", "jit_compile",
+    "pointer_clip_norm", "char_cnn_clip_norm", "pointer_loss_weight", "[no]calibrate_gate",
+    "seed", "jit_compile",
     "mixed_precision",
     "checkpoint_every_steps",
     "max_eval_tokens", "eval_batch_size", "init_from", "override", "strategy", "logical_cpus",
     "[no]compare_baseline",
     "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "char_output_on",
-    "char_output_units", "char_output_word_length", "verbose", "[no]restart",
+    "char_output_units", "char_output_word_length", "char_output_words_per_update",
+    "char_output_shuffle_words", "verbose", "[no]restart",
     "[no]version")
 PROGRAMS = {
     "psmm-train": ("psmm_tf.trainers.train", TRAIN_FLAGS),

@@ -27,7 +27,8 @@ def define_flags(flag_values, module_name):
         "char_output_on", None, "A trained run's workdir: train only a character-LSTM output "
         "layer (Jozefowicz et al. 2016's Char LSTM predictions) on its model.keras, frozen, "
         "with its corpus; takes --" + ", --".join(CHAR_OUTPUT_FLAGS) + " (--learning_rate: "
-        "Adam's, default 0.003; --batch_size and --num_predicted: the windows the frozen model reads).",
+        "Adam's, default 0.003; --batch_size and --num_predicted: the windows the frozen "
+        "model reads).",
         **common)
     flags.DEFINE_integer("char_output_units", 256, "Units of the character-LSTM output layer "
                          "(with --char_output_on).", lower_bound=1, **common)

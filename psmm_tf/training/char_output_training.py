@@ -334,6 +334,58 @@ def shuffled_word_batches(windows, words_per_update, shuffle_words, rng):
         yield from cut(final=True)[0]
 
 
+def make_reader(base_model):
+    """A compiled `(token_ids, token_chars, state) -> (hidden, state)` of the frozen model
+    (inference mode) for `frozen_windows`."""
+
+    @tf.function
+    def read(token_ids, token_chars, state):
+        outputs = base_model(token_ids, state=state, training=False, token_chars=token_chars)
+        return outputs["hidden"], outputs["state"]
+
+    return read
+
+
+def frozen_windows(read, base_model, data, batch_size, num_predicted):
+    """The frozen model along a split in its training windows (B streams, state carried).
+
+    Args:
+        read: `make_reader(base_model)`.
+        base_model: the frozen `LanguageModel`.
+        data: `_Data` of the split.
+        batch_size, num_predicted: int. Streams and window length T.
+
+    Yields:
+        `(hidden, chars)`: each window's hidden states, float `(B T, H)`, and the spellings of
+        the words they predict, int `(B T, W)`.
+    """
+    state = base_model.zero_state(batch_size)
+    for ids, token_chars, target_chars in _training_windows(data, batch_size, num_predicted):
+        hidden, state = read(ids, token_chars, state)
+        hidden = np.asarray(hidden)
+        yield (hidden.reshape(-1, hidden.shape[-1]),
+               target_chars.reshape(-1, target_chars.shape[-1]))
+
+
+def make_train_step(model, optimizer, clip_norm):
+    """A compiled update of `model.char_output` (a `CharacterOutputLM`'s) on
+    `(hidden (N, H), chars (N, W))`: Adam on the mean `-log p_char(word | h)`, the gradient
+    clipped to global norm `clip_norm`. Returns `(loss, gradient norm)`."""
+    variables = model.char_output.trainable_variables
+
+    @tf.function(reduce_retracing=True)
+    def train_step(hidden, target_chars):
+        with tf.GradientTape() as tape:
+            log_probs = model.char_output(hidden, target_chars, training=True)
+            loss = -tf.reduce_mean(log_probs)
+        grads = tape.gradient(loss, variables)
+        grads, norm = tf.clip_by_global_norm(grads, clip_norm)
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return loss, norm
+
+    return train_step
+
+
 def run(config, workdir, verbose=1):
     """Trains `config`'s character output layer in `workdir` (resuming a run there).
 
@@ -393,31 +445,8 @@ def _run(config, workdir, verbose):
     run_files.write_text_atomic(config_path, config.to_json())
     base = model.base_model
 
-    @tf.function
-    def read(token_ids, token_chars, state):
-        outputs = base(token_ids, state=state, training=False, token_chars=token_chars)
-        return outputs["hidden"], outputs["state"]
-
-    @tf.function(reduce_retracing=True)
-    def train_step(hidden, target_chars):
-        with tf.GradientTape() as tape:
-            log_probs = model.char_output(hidden, target_chars, training=True)
-            loss = -tf.reduce_mean(log_probs)
-        grads = tape.gradient(loss, variables)
-        grads, norm = tf.clip_by_global_norm(grads, config.clip_norm)
-        optimizer.apply_gradients(zip(grads, variables, strict=True))
-        return loss, norm
-
-    def hidden_states():
-        """The frozen model along the training split: each window's `(B T, H)` states and
-        the `(B T, W)` spellings of the words they predict."""
-        state = base.zero_state(batch_size)
-        for ids, token_chars, target_chars in _training_windows(
-                splits["train"], batch_size, num_predicted):
-            hidden, state = read(ids, token_chars, state)
-            hidden = np.asarray(hidden)
-            yield (hidden.reshape(-1, hidden.shape[-1]),
-                   target_chars.reshape(-1, target_chars.shape[-1]))
+    train_step = make_train_step(model, optimizer, config.clip_norm)
+    read = make_reader(base)
 
     length = base_config.train.eval_length
     if next(_training_windows(splits["train"], batch_size, num_predicted), None) is None:
@@ -430,8 +459,9 @@ def _run(config, workdir, verbose):
         # A resumed run shuffles each epoch as an unbroken one does.
         rng = np.random.default_rng([config.seed, int(epoch.numpy())])
         losses, words = [], []
+        windows = frozen_windows(read, base, splits["train"], batch_size, num_predicted)
         for step, (hidden, target_chars) in enumerate(shuffled_word_batches(
-                hidden_states(), config.words_per_update, config.shuffle_words, rng)):
+                windows, config.words_per_update, config.shuffle_words, rng)):
             if config.steps_per_epoch is not None and step >= config.steps_per_epoch:
                 break
             loss, _ = train_step(hidden, target_chars)
