@@ -37,27 +37,37 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         step `state_index`.
     """
     steps = projected.shape[0]
+    # Under a 16-bit policy the products stay 16-bit and the cell's elementwise work runs in
+    # float32 (`wide`): Eigen's bfloat16 elementwise kernels are slower than float32's, and the
+    # cell state keeps float32 precision within the window. A no-op cast otherwise.
+    low = projected.dtype
+    wide = tf.float32 if low in (tf.bfloat16, tf.float16) else low
 
     @tf.custom_gradient
     def recurrence(projected, h0, c0, kernel):
-        h, c = h0, c0
+        projected_wide = tf.cast(projected, wide)
+        keep_h_wide, keep_c_wide = tf.cast(keep_h, wide), tf.cast(keep_c, wide)
+        h, c = tf.cast(h0, wide), tf.cast(c0, wide)
+        h_low = h0
         saved, all_h, all_c = [], [], []
         for t in range(steps):
-            activations, c_new, h_new = lstm_cell(projected[t] + tf.matmul(h, kernel), c)
-            saved.append((h, c) + activations)
-            c = zoneout(c_new, c, keep_c[t])
-            h = zoneout(h_new, h, keep_h[t])
-            all_h.append(h)
+            gates = projected_wide[t] + tf.cast(tf.matmul(h_low, kernel), wide)
+            activations, c_new, h_new = lstm_cell(gates, c)
+            saved.append((h_low, c) + activations)
+            c = zoneout(c_new, c, keep_c_wide[t])
+            h = zoneout(h_new, h, keep_h_wide[t])
+            h_low = tf.cast(h, low)
+            all_h.append(h_low)
             all_c.append(c)
-        outputs = (tf.stack(all_h), all_h[state_index], all_c[state_index])
+        outputs = (tf.stack(all_h), all_h[state_index], tf.cast(all_c[state_index], low))
 
         def backward(d_all_h, d_h_out, d_c_out):
             backprop_through_kernel = _times_transposed(kernel)  # only when differentiated
             d_all_h, d_h_out, d_c_out = (
-                tf.zeros_like(like) if d is None else d
+                tf.zeros_like(like, dtype=wide) if d is None else tf.cast(d, wide)
                 for d, like in ((d_all_h, outputs[0]), (d_h_out, h0), (d_c_out, c0)))
-            dh = tf.zeros_like(h0)
-            dc = tf.zeros_like(c0)
+            dh = tf.zeros_like(h0, dtype=wide)
+            dc = tf.zeros_like(c0, dtype=wide)
             dz_all = [None] * steps
             for t in reversed(range(steps)):
                 h_prev, c_prev, i, f, g, o, tanh_c = saved[t]
@@ -65,21 +75,21 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
                 if t == state_index:
                     dh, dc = dh + d_h_out, dc + d_c_out
                 # Zoneout: h_t = (1 - k) h' + k h_{t-1} (the same for c).
-                dh_new = (1 - keep_h[t]) * dh
-                dc_new = (1 - keep_c[t]) * dc + dh_new * o * (1 - tanh_c * tanh_c)
-                dz = tf.concat([dc_new * g * i * (1 - i), dc_new * c_prev * f * (1 - f),
-                                dc_new * i * (1 - g * g), dh_new * tanh_c * o * (1 - o)],
-                               axis=-1)
+                dh_new = (1 - keep_h_wide[t]) * dh
+                dc_new = (1 - keep_c_wide[t]) * dc + dh_new * o * (1 - tanh_c * tanh_c)
+                dz = tf.cast(tf.concat([dc_new * g * i * (1 - i), dc_new * c_prev * f * (1 - f),
+                                        dc_new * i * (1 - g * g), dh_new * tanh_c * o * (1 - o)],
+                                       axis=-1), low)
                 dz_all[t] = dz
-                dh = keep_h[t] * dh + backprop_through_kernel(dz)
-                dc = keep_c[t] * dc + dc_new * f
+                dh = keep_h_wide[t] * dh + tf.cast(backprop_through_kernel(dz), wide)
+                dc = keep_c_wide[t] * dc + dc_new * f
             d_projected = tf.stack(dz_all)
             # dU = sum_t h_{t-1}^T dz_t, one product over all steps.
             h_prev_all = tf.stack([s[0] for s in saved])
             units = kernel.shape[0]
             d_kernel = tf.matmul(tf.reshape(h_prev_all, [-1, units]),
                                  tf.reshape(d_projected, [-1, 4 * units]), transpose_a=True)
-            return d_projected, dh, dc, d_kernel
+            return d_projected, tf.cast(dh, low), tf.cast(dc, low), d_kernel
 
         return outputs, backward
 

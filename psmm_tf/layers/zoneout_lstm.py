@@ -128,25 +128,28 @@ class ZoneoutLSTM(keras.layers.Layer):
             return ops.transpose(all_h, (1, 0, 2)), (h, c)
         # JAX, or a length known only at run time (a TF graph traced for any length): a scan,
         # over one tensor (keras.ops.scan on TF fails on several sequences of unknown length).
+        # As in lstm_recurrence_tf: under a 16-bit policy the product stays 16-bit and the
+        # cell runs in float32, its state carried in float32 within the call.
+        low = keras.backend.standardize_dtype(projected.dtype)
+        wide = "float32" if low in ("bfloat16", "float16") else low
         time_major = ops.transpose(ops.concatenate([projected, keep_h, keep_c], axis=-1),
                                    (1, 0, 2))
         units = self.units
 
         def scan_step(state, step_inputs):
-            step_inputs = (step_inputs[:, :4 * units], step_inputs[:, 4 * units:5 * units],
-                           step_inputs[:, 5 * units:])
-            state = self._step(state, step_inputs, recurrent_kernel)
+            h_prev, c_prev = state
+            step_inputs = ops.cast(step_inputs, wide)
+            gates = step_inputs[:, :4 * units] + ops.cast(
+                ops.matmul(ops.cast(h_prev, low), recurrent_kernel), wide)
+            _, c_new, h_new = lstm_cell(gates, c_prev)
+            state = (zoneout(h_new, h_prev, step_inputs[:, 4 * units:5 * units]),
+                     zoneout(c_new, c_prev, step_inputs[:, 5 * units:]))
             return state, state
 
+        state = tuple(ops.cast(s, wide) for s in state)
         _, (all_h, all_c) = ops.scan(scan_step, state, time_major)
-        return ops.transpose(all_h, (1, 0, 2)), (all_h[index], all_c[index])
-
-    def _step(self, state, step_inputs, recurrent_kernel):
-        """One step of the recurrence: the new `(h, c)` from the previous one."""
-        h_prev, c_prev = state
-        projected, keep_h, keep_c = step_inputs
-        _, c_new, h_new = lstm_cell(projected + ops.matmul(h_prev, recurrent_kernel), c_prev)
-        return zoneout(h_new, h_prev, keep_h), zoneout(c_new, c_prev, keep_c)
+        all_h = ops.cast(all_h, low)
+        return ops.transpose(all_h, (1, 0, 2)), (all_h[index], ops.cast(all_c[index], low))
 
     def _zoneout_keep(self, batch_size, num_steps, training):
         """Per-unit weights of the previous state: `(B, T, H)` each for h and c."""

@@ -128,6 +128,21 @@ class ZoneoutLSTMTest(testing.TestCase):
         self.assertAllClose(h, expected_h, atol=1e-6)
         self.assertAllClose(c, expected_c, atol=1e-6)
 
+    def test_dynamic_length_scan_matches_the_unrolled_loop_under_bfloat16(self):
+        # Both paths take the 16-bit product and the float32 cell: the same numbers.
+        if keras.backend.backend() != "tensorflow":
+            self.skipTest("dynamic shapes are a TF graph's")
+        inputs = self.rng.normal(size=(3, 8, 5)).astype("float32")
+        layer = ZoneoutLSTM(16, zoneout=0.3, seed=3, dtype="mixed_bfloat16")
+        layer.build(inputs.shape)
+        any_length = tf.function(lambda x: layer(x, state_index=5),
+                                 input_signature=[tf.TensorSpec((None, None, 5))])
+        scanned, (h, c) = any_length(inputs)
+        unrolled, (expected_h, expected_c) = layer(inputs, state_index=5)
+        for got, want in ((scanned, unrolled), (h, expected_h), (c, expected_c)):
+            self.assertEqual(got.dtype, tf.bfloat16)
+            self.assertAllClose(tf.cast(got, tf.float32), tf.cast(want, tf.float32), atol=1e-6)
+
     def test_rejects_bad_zoneout(self):
         with self.assertRaisesRegex(ValueError, "zoneout must be in"):
             ZoneoutLSTM(3, zoneout=1.0)
