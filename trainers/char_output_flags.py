@@ -42,7 +42,7 @@ def define_flags(flag_values, module_name):
     flags.DEFINE_integer("char_output_shuffle_words", 200_000, "Words of the frozen model's "
                          "consecutive training windows shuffled together into updates (with "
                          "--char_output_on; at least the training split's size: one shuffle "
-                         "per epoch).", lower_bound=1, **common)
+                         "over the whole epoch).", lower_bound=1, **common)
 
 
 def refuse_without_base(flag_values):

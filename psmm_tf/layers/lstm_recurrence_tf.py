@@ -10,7 +10,9 @@ oneDNN's float32 product with a transposed right operand, `(B, 4H) x (H, 4H)^T` 
 batch, ran at under half the rate of the same product on a stored `U^T` (in bfloat16 the
 transposed operand is the faster one; docs/results.md, "The machine's limit").
 `benchmarks/machine_limit.py` measures it (docs/results.md, "The machine's limit"). The
-numbers are those of the automatic gradient up to float rounding (`lstm_recurrence_tf_test.py`).
+numbers are those of the automatic gradient up to float rounding in float32 and float64; under a
+16-bit policy the products are 16-bit and the cell float32, checked against float64
+(`lstm_recurrence_tf_test.py`).
 """
 
 import tensorflow as tf

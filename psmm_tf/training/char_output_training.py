@@ -82,7 +82,9 @@ class CharOutputConfig:
     # None: the base run's batch size and window length T (the windows the frozen model reads).
     batch_size: int | None = None
     num_predicted: int | None = None
-    # Updates per epoch at most (None: every word of the training split once).
+    # Updates of `words_per_update` words per epoch at most (None: every word of the training
+    # windows once; the windows drop the split's last words that fill no window). A cap still
+    # reads a whole buffer before the first update and draws from it.
     steps_per_epoch: int | None = None
     # Evaluate on at most this many tokens of the validation and test splits (None: all).
     max_eval_tokens: int | None = None
@@ -294,8 +296,9 @@ def shuffled_word_batches(windows, words_per_update, shuffle_words, rng):
 
     Windows are added to the buffer until it holds at least `shuffle_words` words (or the
     windows run out); the buffer is shuffled and cut into updates; the words left over (fewer
-    than an update) stay for the next fill. Every word is in exactly one update; the last
-    update may be smaller.
+    than an update) stay for the next fill. Every word of the windows is in exactly one update;
+    the last update may be smaller. Updates are cut as they are consumed: the buffer is held
+    once.
 
     Args:
         windows: iterable of `(hidden, chars)`, float `(N_i, H)` hidden states and int
@@ -308,30 +311,40 @@ def shuffled_word_batches(windows, words_per_update, shuffle_words, rng):
         `(hidden, chars)`: `(words_per_update, H)` and `(words_per_update, W)`, the spellings
         cut to the columns their longest word needs (`trimmed_spellings`).
     """
-    hidden, chars, held = [], [], 0
+    hidden, chars = [], []
 
-    def cut(final):
-        pooled_hidden = np.concatenate(hidden)
+    def pooled():
+        """The buffer's windows as one `(hidden, chars)` pair; the window lists emptied."""
         width = max(c.shape[1] for c in chars)
         pooled_chars = np.concatenate([np.pad(c, ((0, 0), (0, width - c.shape[1])))
                                        for c in chars])
-        order = rng.permutation(len(pooled_hidden))
-        whole = len(order) if final else len(order) - len(order) % words_per_update
-        batches = [order[s:s + words_per_update] for s in range(0, whole, words_per_update)]
-        rest = order[whole:]
-        return ([(pooled_hidden[b], trimmed_spellings(pooled_chars[b])) for b in batches],
-                pooled_hidden[rest], pooled_chars[rest])
+        pooled_hidden = np.concatenate(hidden)
+        hidden.clear()
+        chars.clear()
+        return pooled_hidden, pooled_chars
 
+    def updates(pooled_hidden, pooled_chars, order):
+        for start in range(0, len(order), words_per_update):
+            rows = order[start:start + words_per_update]
+            yield pooled_hidden[rows], trimmed_spellings(pooled_chars[rows])
+
+    held = 0
     for window_hidden, window_chars in windows:
         hidden.append(window_hidden)
         chars.append(window_chars)
         held += len(window_hidden)
         if held >= shuffle_words:
-            batches, rest_hidden, rest_chars = cut(final=False)
-            yield from batches
-            hidden, chars, held = [rest_hidden], [rest_chars], len(rest_hidden)
+            pooled_hidden, pooled_chars = pooled()
+            order = rng.permutation(held)
+            whole = held - held % words_per_update
+            # The words left over wait for the next fill.
+            hidden.append(pooled_hidden[order[whole:]])
+            chars.append(pooled_chars[order[whole:]])
+            held -= whole
+            yield from updates(pooled_hidden, pooled_chars, order[:whole])
     if held:
-        yield from cut(final=True)[0]
+        pooled_hidden, pooled_chars = pooled()
+        yield from updates(pooled_hidden, pooled_chars, rng.permutation(held))
 
 
 def make_reader(base_model):

@@ -128,7 +128,6 @@ class TrainingWindowsTest(testing.TestCase):
             self.assertEqual(expected[..., target_chars.shape[-1]:].sum(), 0)
 
 
-
 class ShuffledWordBatchesTest(testing.TestCase):
 
     def _windows(self, sizes, width=10):
@@ -239,7 +238,8 @@ class CharOutputRunTest(testing.TestCase):
 
     def test_bad_settings_are_refused(self):
         for field, value in (("units", 0), ("max_word_length", 2), ("dropout", 1.0),
-                             ("learning_rate", 0.0), ("epochs", 0), ("max_eval_tokens", 1)):
+                             ("learning_rate", 0.0), ("epochs", 0), ("max_eval_tokens", 1),
+                             ("words_per_update", 0), ("shuffle_words", 0)):
             with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
                 CharOutputConfig(base_workdir="/runs/x", **{field: value})
 
