@@ -69,8 +69,8 @@ class CharOutputConfig:
     # Dropout on h_t in training.
     dropout: float = 0.25
     # Adam's learning rate, halved after an epoch whose validation perplexity is not better.
-    # With 128 shuffled words an update, 3e-3 reached 1,982 in three minutes on the WikiText
-    # set where 1e-2 was at 4,548 (docs/results.md, "Shuffled updates").
+    # With 128 shuffled words an update, 3e-3 reached 2,212 in three minutes on the WikiText
+    # set where 1e-2 was at 4,440 (docs/results.md, "Shuffled updates").
     learning_rate: float = 3e-3
     # Global norm limit of the gradient of the mean per-word loss.
     clip_norm: float = 5.0
