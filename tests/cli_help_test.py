@@ -29,7 +29,7 @@ TRAIN_FLAGS = (
     "[no]compare_baseline",
     "input_output_gate_on", "gate_embedding_dim", "gate_dropout", "char_output_on",
     "char_output_units", "char_output_word_length", "char_output_words_per_update",
-    "char_output_shuffle_words", "verbose", "[no]restart",
+    "char_output_shuffle_words", "char_output_char_dropout", "verbose", "[no]restart",
     "[no]version")
 PROGRAMS = {
     "psmm-train": ("psmm_tf.trainers.train", TRAIN_FLAGS),

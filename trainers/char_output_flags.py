@@ -6,7 +6,7 @@ import sys
 from absl import flags
 
 from psmm_tf import cli
-from psmm_tf.trainers.config_flags import CONFIG_FLAGS, OVERRIDE_FLAG
+from psmm_tf.trainers.config_flags import CHECKS, CONFIG_FLAGS, OVERRIDE_FLAG
 
 # Flags a --char_output_on run takes, and the `CharOutputConfig` field each sets.
 CHAR_OUTPUT_FLAGS = {"epochs": "epochs", "learning_rate": "learning_rate", "seed": "seed",
@@ -15,9 +15,10 @@ CHAR_OUTPUT_FLAGS = {"epochs": "epochs", "learning_rate": "learning_rate", "seed
                      "clip_norm": "clip_norm", "dropout": "dropout", "data_dir": "data_dir",
                      "char_output_units": "units", "char_output_word_length": "max_word_length",
                      "char_output_words_per_update": "words_per_update",
-                     "char_output_shuffle_words": "shuffle_words"}
+                     "char_output_shuffle_words": "shuffle_words",
+                     "char_output_char_dropout": "char_dropout"}
 _OWN_FLAGS = ("char_output_units", "char_output_word_length", "char_output_words_per_update",
-              "char_output_shuffle_words")
+              "char_output_shuffle_words", "char_output_char_dropout")
 
 
 def define_flags(flag_values, module_name):
@@ -43,6 +44,12 @@ def define_flags(flag_values, module_name):
                          "consecutive training windows shuffled together into updates (with "
                          "--char_output_on; at least the training split's size: one shuffle "
                          "over the whole epoch).", lower_bound=1, **common)
+    flags.DEFINE_float("char_output_char_dropout", 0.0, "Dropout on the character LSTM's "
+                       "inputs and outputs, one mask per word across its characters (with "
+                       "--char_output_on; --dropout is the one on the word model's hidden "
+                       "state).", **common)
+    flags.register_validator("char_output_char_dropout", CHECKS["probability"][0],
+                             message=CHECKS["probability"][1], flag_values=flag_values)
 
 
 def refuse_without_base(flag_values):

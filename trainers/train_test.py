@@ -265,13 +265,15 @@ class CharOutputFlagsTest(tf.test.TestCase):
         with flagsaver.flagsaver():
             config = self._config("--char_output_on=/runs/base")
         self.assertEqual((config.units, config.learning_rate, config.batch_size,
-                          config.words_per_update, config.shuffle_words),
-                         (256, 3e-3, None, 128, 200_000))  # the library's; the base run's batch
+                          config.words_per_update, config.shuffle_words, config.char_dropout),
+                         (256, 3e-3, None, 128, 200_000, 0.0))  # the library's; the base run's batch
         with flagsaver.flagsaver():
             config = self._config("--char_output_on=/runs/base",
                                   "--char_output_words_per_update=64",
-                                  "--char_output_shuffle_words=5000")
-        self.assertEqual((config.words_per_update, config.shuffle_words), (64, 5000))
+                                  "--char_output_shuffle_words=5000",
+                                  "--char_output_char_dropout=0.3")
+        self.assertEqual((config.words_per_update, config.shuffle_words, config.char_dropout),
+                         (64, 5000, 0.3))
 
     def test_refused_combinations_name_the_flags(self):
         for args, message in [

@@ -13,6 +13,10 @@ probabilities of distinct words of at most `max_word_length - 2` bytes sum to at
 the vocabulary or not. A longer word is scored by its first bytes and the end marker
 (`word_characters`' truncation): words sharing that prefix share one probability, which
 overstates each of them (no word of PTB or wiki.valid is over 30 bytes, the default's limit).
+
+In training, `dropout` drops units of `h`, and `char_dropout` units of the character LSTM's
+inputs `[E c_{k-1}; z]` and outputs `s_k`, one mask per word shared by all its characters
+(`LockedDropout`, Gal and Ghahramani's variational dropout over the characters).
 """
 
 import keras
@@ -20,6 +24,7 @@ from keras import ops
 
 from psmm_tf.data.spelling import NUM_CHARACTER_IDS
 from psmm_tf.layers.char_cnn import seeded_initializer
+from psmm_tf.layers.locked_dropout import LockedDropout
 
 # The spelling's padding and begin-marker ids (psmm_tf.data.spelling) are never predicted.
 _PAD, _BEGIN = 0, 1
@@ -35,6 +40,8 @@ class CharacterLSTMOutput(keras.layers.Layer):
         max_word_length: int W. Characters of a spelling, markers included.
         char_embedding_dim: int. Width of the character embedding `E`.
         dropout: float in [0, 1). Dropout on `h` in training.
+        char_dropout: float in [0, 1). Dropout on the character LSTM's inputs and outputs in
+            training, one mask per word across its characters.
         seed: optional int. Seed of the initialisers and dropout.
 
     Call arguments:
@@ -62,17 +69,19 @@ class CharacterLSTMOutput(keras.layers.Layer):
     """
 
     def __init__(self, units, max_word_length=32, char_embedding_dim=16, dropout=0.0,
-                 seed=None, **kwargs):
+                 char_dropout=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
         if max_word_length < 3:
             raise ValueError(f"max_word_length must be >= 3 (two markers and a byte), got "
                              f"{max_word_length!r}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}.")
+        for name, rate in (("dropout", dropout), ("char_dropout", char_dropout)):
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {rate!r}.")
         self.units = units
         self.max_word_length = max_word_length
         self.char_embedding_dim = char_embedding_dim
         self.dropout = dropout
+        self.char_dropout = char_dropout
         self.seed = seed
 
         def init(default, offset):
@@ -91,6 +100,13 @@ class CharacterLSTMOutput(keras.layers.Layer):
                                               dtype=policy,
                                               kernel_initializer=init("GlorotUniform", 4))
         self.hidden_dropout = keras.layers.Dropout(dropout, seed=seed, dtype=policy)
+        # Made only when used: a layer saved without them (0.8 and before) loads as it was.
+        if char_dropout:
+            def locked(offset):
+                return LockedDropout(char_dropout, seed=None if seed is None else seed + offset,
+                                     dtype=policy)
+            self.char_input_dropout = locked(1)
+            self.char_state_dropout = locked(2)
 
     def build(self, hidden_shape=None, chars_shape=None):
         hidden_dim = None if hidden_shape is None else hidden_shape[-1]
@@ -114,7 +130,12 @@ class CharacterLSTMOutput(keras.layers.Layer):
         steps = ops.shape(chars)[1] - 1
         embedded = self.char_embedding(chars[:, :-1])
         z = ops.broadcast_to(z[:, None, :], (ops.shape(z)[0], steps, self.units))
-        states = self.lstm(ops.concatenate([embedded, ops.cast(z, embedded.dtype)], -1))
+        inputs = ops.concatenate([embedded, ops.cast(z, embedded.dtype)], -1)
+        if self.char_dropout:
+            inputs = self.char_input_dropout(inputs, training=training)
+        states = self.lstm(inputs)
+        if self.char_dropout:
+            states = self.char_state_dropout(states, training=training)
         logits = ops.cast(self.char_logits(states), "float32")
         never = ops.arange(NUM_CHARACTER_IDS) < 2  # _PAD and _BEGIN
         logits = ops.where(never, ops.full_like(logits, _NEVER), logits)
@@ -138,7 +159,8 @@ class CharacterLSTMOutput(keras.layers.Layer):
         config = super().get_config()
         config.update({"units": self.units, "max_word_length": self.max_word_length,
                        "char_embedding_dim": self.char_embedding_dim,
-                       "dropout": self.dropout, "seed": self.seed})
+                       "dropout": self.dropout, "char_dropout": self.char_dropout,
+                       "seed": self.seed})
         return config
 
 

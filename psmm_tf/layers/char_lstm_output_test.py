@@ -116,14 +116,44 @@ class CharacterLSTMOutputTest(testing.TestCase):
         self.assertAllClose(layer(hidden, chars), layer(hidden, chars))
         self.assertNotAllClose(layer(hidden, chars), layer(hidden, chars, training=True))
 
+    def test_char_dropout_only_in_training_one_mask_per_word(self):
+        plain = CharacterLSTMOutput(units=6, max_word_length=W, seed=3)
+        dropped = CharacterLSTMOutput(units=6, max_word_length=W, char_dropout=0.5, seed=3)
+        hidden = np.ones((8, 5), "float32")
+        chars = word_characters(["ab"] * 8, W)
+        plain(hidden, chars)
+        dropped(hidden, chars)
+        dropped.set_weights(plain.get_weights())
+        self.assertAllClose(dropped(hidden, chars), plain(hidden, chars))
+        trained = np.asarray(dropped(hidden, chars, training=True))
+        self.assertNotAllClose(trained, np.asarray(plain(hidden, chars)))
+        # Eight copies of one word: each its own masks.
+        self.assertGreater(len(np.unique(trained)), 1)
+        # The masks are shared by a word's characters: the LSTM's inputs are one row's
+        # units dropped at every character.
+        inputs = np.ones((8, 4, 22), "float32")
+        masked = np.asarray(dropped.char_input_dropout(inputs, training=True))
+        self.assertAllEqual(masked, np.repeat(masked[:, :1], 4, axis=1))
+
+    def test_a_config_without_char_dropout_loads_without_it(self):
+        config = CharacterLSTMOutput(units=4, max_word_length=W, seed=1).get_config()
+        del config["char_dropout"]  # as 0.8 saved it
+        layer = CharacterLSTMOutput.from_config(config)
+        self.assertEqual(layer.char_dropout, 0.0)
+        self.assertFalse(hasattr(layer, "char_input_dropout"))
+
     def test_bad_settings_are_refused(self):
         with self.assertRaisesRegex(ValueError, "max_word_length"):
             CharacterLSTMOutput(units=4, max_word_length=2)
         with self.assertRaisesRegex(ValueError, "dropout"):
             CharacterLSTMOutput(units=4, dropout=1.0)
+        with self.assertRaisesRegex(ValueError, "char_dropout must be in"):
+            CharacterLSTMOutput(units=4, char_dropout=-0.1)
 
     def test_serialization(self):
         self.run_serialization_test(CharacterLSTMOutput(units=4, max_word_length=W, seed=1))
+        self.run_serialization_test(CharacterLSTMOutput(units=4, max_word_length=W,
+                                                        char_dropout=0.2, seed=1))
 
 
 if __name__ == "__main__":

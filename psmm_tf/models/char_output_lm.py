@@ -26,7 +26,7 @@ class CharacterOutputLM(keras.Model):
 
     Args:
         base_model: a trained `psmm_tf.models.LanguageModel`; it is frozen.
-        units, max_word_length, char_embedding_dim, dropout, seed: of the
+        units, max_word_length, char_embedding_dim, dropout, char_dropout, seed: of the
             `CharacterLSTMOutput` layer.
 
     Call arguments:
@@ -58,7 +58,7 @@ class CharacterOutputLM(keras.Model):
     """
 
     def __init__(self, base_model, units=256, max_word_length=32, char_embedding_dim=16,
-                 dropout=0.25, seed=None, **kwargs):
+                 dropout=0.25, char_dropout=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
         if isinstance(base_model, dict):
             base_model = keras.saving.deserialize_keras_object(base_model)
@@ -69,7 +69,8 @@ class CharacterOutputLM(keras.Model):
         # scale (a float16 gradient of a character log-probability can underflow).
         self.char_output = CharacterLSTMOutput(
             units, max_word_length=max_word_length, char_embedding_dim=char_embedding_dim,
-            dropout=dropout, seed=seed, name="char_output", dtype="float32")
+            dropout=dropout, char_dropout=char_dropout, seed=seed, name="char_output",
+            dtype="float32")
         self.char_output.build((None, base_model.hidden_dim))
         self.built = True
 
@@ -116,7 +117,8 @@ class CharacterOutputLM(keras.Model):
         config.update({"base_model": keras.saving.serialize_keras_object(self.base_model),
                        "units": layer.units, "max_word_length": layer.max_word_length,
                        "char_embedding_dim": layer.char_embedding_dim,
-                       "dropout": layer.dropout, "seed": layer.seed})
+                       "dropout": layer.dropout, "char_dropout": layer.char_dropout,
+                       "seed": layer.seed})
         return config
 
     @classmethod

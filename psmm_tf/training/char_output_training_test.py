@@ -2,6 +2,7 @@
 NumPy mixture, window by window against one window, and the word model's numbers against the
 Evaluator's; training, resuming and refusing in a run folder."""
 
+import dataclasses
 import json
 import math
 import tempfile
@@ -236,8 +237,35 @@ class CharOutputRunTest(testing.TestCase):
             char_output_training.run(self._config(), self.base, verbose=0)
         self.assertEqual(sorted(p.name for p in Path(self.base).iterdir()), before)
 
+    @testing.skip_unless_tensorflow("the run's trainer is TensorFlow's")
+    def test_a_resumed_run_equals_an_unbroken_one(self):
+        # Dropout on h and inside the character LSTM: the restored random states must draw the
+        # masks the unbroken run draws, the shuffle the same order, Adam the same moments.
+        config = self._config(char_dropout=0.3, steps_per_epoch=15)
+        unbroken = f"{self.root}/unbroken"
+        broken = f"{self.root}/broken"
+        char_output_training.run(dataclasses.replace(config, epochs=2), unbroken, verbose=0)
+        char_output_training.run(config, broken, verbose=0)
+        char_output_training.run(dataclasses.replace(config, epochs=2), broken, verbose=0)
+        records = [json.loads((Path(w) / run_files.HISTORY_FILE).read_text())
+                   for w in (unbroken, broken)]
+        self.assertEqual([r["epoch"] for r in records[1]], [1, 2])
+        for one, other in zip(*records, strict=True):
+            self.assertAllClose(one["train_word_perplexity"], other["train_word_perplexity"],
+                                rtol=1e-6)
+            self.assertAllClose(one["valid"]["char_perplexity"],
+                                other["valid"]["char_perplexity"], rtol=1e-6)
+        # Epoch 2 moved the weights (the comparison is not of two untrained layers).
+        self.assertNotAllClose(records[0][0]["valid"]["char_perplexity"],
+                               records[0][1]["valid"]["char_perplexity"])
+        models = [char_output_training.read_model_file(Path(w) / run_files.MODEL_FILE)
+                  for w in (unbroken, broken)]
+        for one, other in zip(*(m.char_output.get_weights() for m in models), strict=True):
+            self.assertAllClose(one, other, rtol=1e-6, atol=1e-7)
+
     def test_bad_settings_are_refused(self):
         for field, value in (("units", 0), ("max_word_length", 2), ("dropout", 1.0),
+                             ("char_dropout", 1.0),
                              ("learning_rate", 0.0), ("epochs", 0), ("max_eval_tokens", 1),
                              ("words_per_update", 0), ("shuffle_words", 0)):
             with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
