@@ -46,8 +46,8 @@ def define_flags(flag_values, module_name):
                          "over the whole epoch).", lower_bound=1, **common)
     flags.DEFINE_float("char_output_char_dropout", 0.0, "Dropout on the character LSTM's "
                        "inputs and outputs, one mask per word across its characters (with "
-                       "--char_output_on; --dropout is the one on the word model's hidden "
-                       "state).", **common)
+                       "--char_output_on; --dropout is the one on h_t as the output layer "
+                       "reads it).", **common)
     flags.register_validator("char_output_char_dropout", CHECKS["probability"][0],
                              message=CHECKS["probability"][1], flag_values=flag_values)
 

@@ -288,6 +288,14 @@ class CharOutputFlagsTest(tf.test.TestCase):
         with flagsaver.flagsaver(), self.assertRaisesRegex(
                 app.UsageError, "--char_output_units is only used with --char_output_on"):
             _parse("--workdir=/tmp/w", "--char_output_units=8")
+        with flagsaver.flagsaver(), self.assertRaisesRegex(
+                app.UsageError, "--char_output_char_dropout is only used with --char_output_on"):
+            _parse("--workdir=/tmp/w", "--char_output_char_dropout=0.1")
+        with flagsaver.flagsaver(), self.assertRaisesRegex(
+                flags.IllegalFlagValueError, r"--char_output_char_dropout=1.0: must be a "
+                                             r"probability"):
+            _parse("--workdir=/tmp/w", "--char_output_on=/runs/base",
+                   "--char_output_char_dropout=1.0")
 
 
 class CommandLineTest(tf.test.TestCase):

@@ -50,7 +50,8 @@ class CharacterLSTMOutput(keras.layers.Layer):
             rows of `max_word_length` characters, or their first `W'` columns where every
             spelling ends before: `trimmed_spellings`; an all-zero row, a position with no
             word, scores 0).
-        training: bool. Dropout on `hidden`.
+        training: bool. Dropout on `hidden` and, with `char_dropout`, on the character LSTM's
+            inputs and outputs.
 
     Returns:
         float32 `(...)`: `log p(word | hidden)`.
@@ -101,12 +102,14 @@ class CharacterLSTMOutput(keras.layers.Layer):
                                               kernel_initializer=init("GlorotUniform", 4))
         self.hidden_dropout = keras.layers.Dropout(dropout, seed=seed, dtype=policy)
         # Made only when used: a layer saved without them (0.8 and before) loads as it was.
+        # Their seeds stay clear of the initialisers' (seed + 0..4): a generator seeded as an
+        # initialiser would draw its first mask from the same numbers as that weight.
         if char_dropout:
             def locked(offset):
                 return LockedDropout(char_dropout, seed=None if seed is None else seed + offset,
                                      dtype=policy)
-            self.char_input_dropout = locked(1)
-            self.char_state_dropout = locked(2)
+            self.char_input_dropout = locked(101)
+            self.char_state_dropout = locked(102)
 
     def build(self, hidden_shape=None, chars_shape=None):
         hidden_dim = None if hidden_shape is None else hidden_shape[-1]

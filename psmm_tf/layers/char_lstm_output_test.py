@@ -125,15 +125,28 @@ class CharacterLSTMOutputTest(testing.TestCase):
         dropped(hidden, chars)
         dropped.set_weights(plain.get_weights())
         self.assertAllClose(dropped(hidden, chars), plain(hidden, chars))
+        # What the character LSTM reads and what the logits read, in one training call.
+        seen = {}
+
+        def recording(layer, name):
+            call = layer.call
+
+            def record(inputs, *args, **kwargs):
+                seen[name] = np.asarray(inputs)
+                return call(inputs, *args, **kwargs)
+            return record
+
+        dropped.lstm.call = recording(dropped.lstm, "lstm")
+        dropped.char_logits.call = recording(dropped.char_logits, "logits")
         trained = np.asarray(dropped(hidden, chars, training=True))
         self.assertNotAllClose(trained, np.asarray(plain(hidden, chars)))
-        # Eight copies of one word: each its own masks.
-        self.assertGreater(len(np.unique(trained)), 1)
-        # The masks are shared by a word's characters: the LSTM's inputs are one row's
-        # units dropped at every character.
-        inputs = np.ones((8, 4, 22), "float32")
-        masked = np.asarray(dropped.char_input_dropout(inputs, training=True))
-        self.assertAllEqual(masked, np.repeat(masked[:, :1], 4, axis=1))
+        for name in ("lstm", "logits"):
+            zeros = seen[name] == 0.0  # (8 words, 3 characters, units)
+            # One mask per word: the units it drops are dropped at each of its characters...
+            self.assertAllEqual(zeros, np.repeat(zeros[:, :1], zeros.shape[1], axis=1))
+            self.assertTrue(0.2 < zeros.mean() < 0.8, msg=name)
+            # ... and eight copies of one word draw eight masks.
+            self.assertGreater(len({row.tobytes() for row in zeros[:, 0]}), 1, msg=name)
 
     def test_a_config_without_char_dropout_loads_without_it(self):
         config = CharacterLSTMOutput(units=4, max_word_length=W, seed=1).get_config()

@@ -60,9 +60,10 @@ INSTANCES = {
     "InputOutputGateLM": lambda: InputOutputGateLM(
         LSTMLanguageModel(_backbone(), window_size=4), embedding_dim=4, dropout=0.2, seed=1),
     "CharacterLSTMOutput": lambda: CharacterLSTMOutput(6, max_word_length=8, dropout=0.1,
-                                                       seed=4),
+                                                       char_dropout=0.2, seed=4),
     "CharacterOutputLM": lambda: CharacterOutputLM(
-        PointerSentinelLM(_backbone(), window_size=4), units=6, max_word_length=8, seed=2),
+        PointerSentinelLM(_backbone(), window_size=4), units=6, max_word_length=8,
+        char_dropout=0.2, seed=2),
 }
 
 

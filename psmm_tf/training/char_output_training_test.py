@@ -262,6 +262,7 @@ class CharOutputRunTest(testing.TestCase):
                   for w in (unbroken, broken)]
         for one, other in zip(*(m.char_output.get_weights() for m in models), strict=True):
             self.assertAllClose(one, other, rtol=1e-6, atol=1e-7)
+        self.assertEqual([m.char_output.char_dropout for m in models], [0.3, 0.3])
 
     def test_bad_settings_are_refused(self):
         for field, value in (("units", 0), ("max_word_length", 2), ("dropout", 1.0),
