@@ -147,6 +147,68 @@ class ZoneoutLSTMTest(testing.TestCase):
         with self.assertRaisesRegex(ValueError, "zoneout must be in"):
             ZoneoutLSTM(3, zoneout=1.0)
 
+    def test_a_scan_unrolled_k_steps_gives_the_numbers_of_one_step_an_iteration(self):
+        # 7 steps at 3 an iteration leave a remainder of one; zoneout masks drawn (training),
+        # some steps masked, the state taken after step 4; outputs, state and the gradients
+        # of the inputs and the recurrent kernel. The scan is JAX's path, and TensorFlow's for a
+        # length known only at run time.
+        inputs = self.rng.normal(size=(3, 7, 5)).astype("float32")
+        mask = np.ones((3, 7), bool)
+        mask[1, :2] = False
+        weights = self.rng.normal(size=(3, 7, 4)).astype("float32")
+        results = []
+        for unroll in (1, 3):
+            layer = ZoneoutLSTM(4, zoneout=0.3, seed=3, scan_unroll=unroll)
+            layer.build(inputs.shape)
+            if results:
+                layer.set_weights(first_weights)
+            else:
+                first_weights = layer.get_weights()
+            results.append(_outputs_and_gradients(layer, inputs, mask, weights))
+        for one_step, unrolled in zip(*results, strict=True):
+            self.assertAllClose(one_step, unrolled, atol=1e-6)
+
+    def test_rejects_bad_scan_unroll(self):
+        for bad in (0, -2, 2.0, True):
+            with self.assertRaisesRegex(ValueError, "scan_unroll must be a positive int or None"):
+                ZoneoutLSTM(3, scan_unroll=bad)
+        restored = ZoneoutLSTM.from_config(ZoneoutLSTM(3, scan_unroll=4).get_config())
+        self.assertEqual(restored.scan_unroll, 4)
+
+
+def _outputs_and_gradients(layer, inputs, mask, weights):
+    """A training call's outputs, `(h, c)` after step 4, and the gradients of
+    `sum(weights * outputs)` with respect to the inputs and the recurrent kernel, through the
+    scan (jax.jit on JAX; a TF graph traced for any length on TensorFlow)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        kernel_index = [v.path for v in layer.trainable_variables].index(
+            layer.recurrent_kernel.path)
+        trainable = [v.value for v in layer.trainable_variables]
+        state = [v.value for v in layer.non_trainable_variables]
+
+        def loss(x, trainable):
+            (outputs, (h, c)), _ = layer.stateless_call(trainable, state, x, step_mask=mask,
+                                                        state_index=4, training=True)
+            return (weights * outputs).sum(), (outputs, h, c)
+
+        (_, (outputs, h, c)), (d_x, d_trainable) = jax.jit(
+            jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(inputs, trainable)
+        return outputs, h, c, d_x, d_trainable[kernel_index]
+    any_length = [tf.TensorSpec((None, None, 5)), tf.TensorSpec((None, None), tf.bool)]
+
+    @tf.function(input_signature=any_length)
+    def call(x, m):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs, (h, c) = layer(x, step_mask=m, state_index=4, training=True)
+            total = tf.reduce_sum(weights * outputs)
+        d_x, d_kernel = tape.gradient(total, [x, layer.recurrent_kernel])
+        return outputs, h, c, d_x, d_kernel
+
+    return [np.asarray(t) for t in call(inputs, mask)]
+
 
 class LockedDropoutTest(testing.TestCase):
 
