@@ -102,6 +102,36 @@ class MixtureTest(testing.TestCase):
         self.assertAllClose(value, (expected * weights).sum(), atol=1e-4)
         self.assertAllClose(gradient, weights[..., None] * (one_hot - probs), atol=1e-5)
 
+    def test_vocab_log_prob_of_a_target_far_below_float_range_is_exact(self):
+        # Targets 100 and 300 nats below the row's largest logit (probabilities e^-100 and
+        # e^-300: the second is 0 in float32) beside ordinary rows: z_y - logsumexp(z) each,
+        # and the gradient one_hot - softmax.
+        logits = self.rng.normal(size=(2, 3, 7)).astype("float32")
+        targets = np.array([[0, 1, 2], [3, 4, 5]], "int32")
+        logits[0, 1, 1] = logits[0, 1].max() - 100.0
+        logits[1, 2, 5] = logits[1, 2].max() - 300.0
+        rows = logits.astype(np.float64)
+        log_sum = np.log(np.exp(rows - rows.max(-1, keepdims=True)).sum(-1)) + rows.max(-1)
+        expected = np.take_along_axis(rows, targets[..., None], -1)[..., 0] - log_sum
+        probs = np.exp(rows - log_sum[..., None])
+        one_hot = np.eye(7)[targets]
+
+        value, (gradient,) = testing.value_and_gradients(
+            lambda z: ops.sum(vocab_log_prob(z, targets)), [logits])
+        result = np.asarray(ops.convert_to_numpy(vocab_log_prob(logits, targets)))
+        self.assertAllClose(result, expected, atol=1e-4, rtol=1e-6)
+        self.assertAllClose(value, expected.sum(), rtol=1e-6)
+        self.assertAllClose(gradient, one_hot - probs, atol=1e-6)
+
+    def test_vocab_log_prob_of_nan_logits_is_nan(self):
+        # A NaN in a row's logits makes that row's value NaN, never a finite loss.
+        logits = self.rng.normal(size=(1, 3, 7)).astype("float32")
+        logits[0, 1, 4] = np.nan
+        result = np.asarray(ops.convert_to_numpy(
+            vocab_log_prob(logits, np.array([[0, 1, 2]], "int32"))))
+        self.assertTrue(np.isnan(result[0, 1]))
+        self.assertTrue(np.all(np.isfinite(result[0, [0, 2]])))
+
     def test_vocab_log_prob_of_bfloat16_logits_is_computed_in_float32(self):
         # A mixed policy's logits: the log-sum-exp over V is taken in float32, not in 16 bits.
         logits = ops.cast(self.rng.normal(size=(2, 3, 2000)).astype("float32") * 4.0,
@@ -145,11 +175,13 @@ class MixtureTest(testing.TestCase):
                and op.type not in ("Cast", "Identity", "ReadVariableOp")]
         # The only [B, T, V] tensors are the logits themselves (passed through the custom
         # gradient's IdentityN on TensorFlow) and a log-sum-exp's intermediates: the target's
-        # log-probability is a gather, not a one-hot or a scatter.
+        # log-probability is a gather, not a one-hot or a scatter into V (TensorFlow's only
+        # scatter writes the (B T,) values of rows taken exactly: target_log_softmax_tf).
         self.assertTrue(all(op.type in ("Sub", "Exp", "Max", "StopGradient", "BroadcastTo",
                                         "IdentityN") for op in big),
                         [op.type for op in big])
         self.assertFalse(any(op.type.startswith(("Scatter", "TensorScatter", "OneHot"))
+                             and any(5003 in out.shape for out in op.outputs)
                              for op in graph.get_operations()))
 
     def test_compiled_matches_eager(self):
