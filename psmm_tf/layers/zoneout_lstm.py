@@ -5,7 +5,6 @@ from keras import ops
 
 from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
 
-
 # Steps per scan iteration on an accelerator. A scan of one step an iteration launches the
 # step's few small kernels 35 times a layer and direction; unrolled, XLA fuses across steps.
 # On an H100 (`medium`, batch 20 x 35, JAX): float32 step 6.15 -> 4.87 ms at 5 and 4.81 at 7,
@@ -130,11 +129,14 @@ class ZoneoutLSTM(keras.layers.Layer):
         batch_size, num_steps = ops.shape(inputs)[0], ops.shape(inputs)[1]
         if initial_state is None:
             initial_state = self.zero_state(batch_size)
-        projected = ops.matmul(inputs, self.kernel) + self.bias  # [B, T, 4H], hoisted
-        keep_h, keep_c = self._zoneout_keep(batch_size, num_steps, training)
+        # Time-major from here to the outputs: the inputs are transposed (input_dim wide), not
+        # the 4H-wide projection, and the zoneout masks are drawn time-major.
+        inputs = ops.transpose(inputs, (1, 0, 2))
+        projected = ops.matmul(inputs, self.kernel) + self.bias  # [T, B, 4H], hoisted
+        keep_h, keep_c = self._zoneout_keep(num_steps, batch_size, training)
         if step_mask is not None:
             # Positions that do not exist (valid == 0) keep the whole state.
-            valid = ops.cast(step_mask, projected.dtype)[..., None]
+            valid = ops.transpose(ops.cast(step_mask, projected.dtype))[..., None]
             keep_h = 1.0 - valid * (1.0 - keep_h)
             keep_c = 1.0 - valid * (1.0 - keep_c)
         state = tuple(ops.cast(s, projected.dtype) for s in initial_state)
@@ -150,8 +152,7 @@ class ZoneoutLSTM(keras.layers.Layer):
             # LSTM over 100 steps took minutes (docs/design_notes.md).
             from psmm_tf.layers.lstm_recurrence_tf import zoneout_recurrence
 
-            time_major = [ops.transpose(x, (1, 0, 2)) for x in (projected, keep_h, keep_c)]
-            all_h, h, c = zoneout_recurrence(*time_major, *state, recurrent_kernel,
+            all_h, h, c = zoneout_recurrence(projected, keep_h, keep_c, *state, recurrent_kernel,
                                              index % num_steps)
             return ops.transpose(all_h, (1, 0, 2)), (h, c)
         # JAX, or a length known only at run time (a TF graph traced for any length): a scan,
@@ -160,8 +161,7 @@ class ZoneoutLSTM(keras.layers.Layer):
         # cell runs in float32, its state carried in float32 within the call.
         low = keras.backend.standardize_dtype(projected.dtype)
         wide = "float32" if low in ("bfloat16", "float16") else low
-        time_major = ops.transpose(ops.concatenate([projected, keep_h, keep_c], axis=-1),
-                                   (1, 0, 2))
+        time_major = ops.concatenate([projected, keep_h, keep_c], axis=-1)
         units = self.units
 
         def scan_step(state, step_inputs):
@@ -180,9 +180,10 @@ class ZoneoutLSTM(keras.layers.Layer):
         all_h = ops.cast(all_h, low)
         return ops.transpose(all_h, (1, 0, 2)), (all_h[index], ops.cast(all_c[index], low))
 
-    def _zoneout_keep(self, batch_size, num_steps, training):
-        """Per-unit weights of the previous state: `(B, T, H)` each for h and c."""
-        shape = (batch_size, num_steps, self.units)
+    def _zoneout_keep(self, num_steps, batch_size, training):
+        """Per-unit weights of the previous state: `(T, B, H)` each for h and c (time-major:
+        the order the recurrence reads them in, so no transpose)."""
+        shape = (num_steps, batch_size, self.units)
         if training and self.zoneout > 0.0:
             draws = keras.random.uniform((2,) + shape, seed=self.seed_generator)
             keep = ops.cast(draws < self.zoneout, self.compute_dtype)
