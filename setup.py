@@ -63,9 +63,11 @@ setup(
     packages=find_packages(include=["psmm_tf", "psmm_tf.*"]) + sorted(PACKAGE_DIR),
     package_dir=PACKAGE_DIR,
     # Example TF Serving models.config and batching parameters beside the exporter; the
-    # checksums of the corpora's archives, which TFDS reads beside the builders.
+    # checksums of the corpora's archives, which TFDS reads beside the builders; the native
+    # cell's source, compiled on first use.
     package_data={"psmm_tf.export": ["models.config", "batching_parameters.txt"],
-                  "psmm_tf.data": ["checksums.tsv"]},
+                  "psmm_tf.data": ["checksums.tsv"],
+                  "psmm_tf.layers.native": ["zoneout_cell.cc"]},
     cmdclass={"build_py": BuildPyWithoutTests},
     install_requires=[
         # Tested with TensorFlow 2.21; Keras 3 needs TensorFlow >= 2.16. The upper bound is

@@ -79,8 +79,10 @@ class WheelTest(unittest.TestCase):
                        "psmm_tf/export/export_saved_model.py", "psmm_tf/export/score.py",
                        "psmm_tf/cli.py"):
             self.assertIn(module, self.names)
-        # Data files read at run time: the serving examples and the corpora's checksums.
-        for data in ("psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv"):
+        # Data files read at run time: the serving examples, the corpora's checksums and the
+        # native cell's source.
+        for data in ("psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv",
+                     "psmm_tf/layers/native/zoneout_cell.cc"):
             self.assertIn(data, self.names)
 
     def test_no_tests_in_the_wheel(self):

@@ -17,10 +17,12 @@ numbers are those of the automatic gradient up to float rounding in float32 and 
 
 import tensorflow as tf
 
+from psmm_tf.layers import native
 from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
 
 
-def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, state_index):
+def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, state_index,
+                       fused_cell=None):
     """Runs the recurrence over time-major inputs.
 
     Per step (gates i, f, g, o in Keras' order):
@@ -33,6 +35,12 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         h0, c0: `(B, H)`, the state before the first step.
         recurrent_kernel: `(H, 4H)` `U`, in the compute dtype.
         state_index: static int in `[0, T)`: the step whose state is returned.
+        fused_cell: optional bool. True runs the cell's elementwise work, forward and
+            backward, as one native CPU kernel a step (`psmm_tf.layers.native`) where it can
+            be built and run: not under XLA (`jit_compile`) and not with a GPU. False, or
+            where it cannot, runs it as TensorFlow ops; both compute the same equations. None
+            (the default): True inside `psmm_tf.layers.native.enabled()` (the training
+            step), else False, so exported graphs hold only TensorFlow's own ops.
 
     Returns:
         `(all_h, h, c)`: `(T, B, H)` the hidden state after every step, and the state after
@@ -45,19 +53,32 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
     low = projected.dtype
     wide = tf.float32 if low in (tf.bfloat16, tf.float16) else low
 
+    if fused_cell is None:
+        fused_cell = native.is_enabled()
+    library = _native_cell() if fused_cell else None
+
     @tf.custom_gradient
     def recurrence(projected, h0, c0, kernel):
-        projected_wide = tf.cast(projected, wide)
+        # Per-step tensors are taken with one `unstack` each, not T slices.
+        projected_steps = tf.unstack(tf.cast(projected, wide))
         keep_h_wide, keep_c_wide = tf.cast(keep_h, wide), tf.cast(keep_c, wide)
+        keep_h_steps, keep_c_steps = tf.unstack(keep_h_wide), tf.unstack(keep_c_wide)
         h, c = tf.cast(h0, wide), tf.cast(c0, wide)
         h_low = h0
         saved, all_h, all_c = [], [], []
         for t in range(steps):
-            gates = projected_wide[t] + tf.cast(tf.matmul(h_low, kernel), wide)
-            activations, c_new, h_new = lstm_cell(gates, c)
-            saved.append((h_low, c) + activations)
-            c = zoneout(c_new, c, keep_c_wide[t])
-            h = zoneout(h_new, h, keep_h_wide[t])
+            product = tf.cast(tf.matmul(h_low, kernel), wide)
+            if library is not None:
+                # The activations (i, f, g, o, tanh(c')) as one (B, 5H) tensor.
+                c_prev = c
+                h, c, activations = library.psmm_zoneout_cell(
+                    projected_steps[t], product, h, c, keep_h_steps[t], keep_c_steps[t])
+                saved.append((h_low, c_prev, activations))
+            else:
+                activations, c_new, h_new = lstm_cell(projected_steps[t] + product, c)
+                saved.append((h_low, c) + activations)
+                c = zoneout(c_new, c, keep_c_steps[t])
+                h = zoneout(h_new, h, keep_h_steps[t])
             h_low = tf.cast(h, low)
             all_h.append(h_low)
             all_c.append(c)
@@ -68,23 +89,23 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
             d_all_h, d_h_out, d_c_out = (
                 tf.zeros_like(like, dtype=wide) if d is None else tf.cast(d, wide)
                 for d, like in ((d_all_h, outputs[0]), (d_h_out, h0), (d_c_out, c0)))
-            dh = tf.zeros_like(h0, dtype=wide)
-            dc = tf.zeros_like(c0, dtype=wide)
+            cell_backward = (_native_cell_backward(library, saved, keep_h_steps, keep_c_steps)
+                             if library is not None else
+                             _ops_cell_backward(saved, keep_h_wide, keep_c_wide))
+            d_all_h = tf.unstack(d_all_h)
+            # dh reaching h_t, in three parts: from the outputs, carried by zoneout
+            # (k^h dh_{t+1}), and through the kernel (dz_{t+1} U^T).
+            carried = through_kernel = dc = tf.zeros_like(c0, dtype=wide)
             dz_all = [None] * steps
             for t in reversed(range(steps)):
-                h_prev, c_prev, i, f, g, o, tanh_c = saved[t]
-                dh = dh + d_all_h[t]
+                d_out = d_all_h[t]
                 if t == state_index:
-                    dh, dc = dh + d_h_out, dc + d_c_out
-                # Zoneout: h_t = (1 - k) h' + k h_{t-1} (the same for c).
-                dh_new = (1 - keep_h_wide[t]) * dh
-                dc_new = (1 - keep_c_wide[t]) * dc + dh_new * o * (1 - tanh_c * tanh_c)
-                dz = tf.cast(tf.concat([dc_new * g * i * (1 - i), dc_new * c_prev * f * (1 - f),
-                                        dc_new * i * (1 - g * g), dh_new * tanh_c * o * (1 - o)],
-                                       axis=-1), low)
+                    d_out, dc = d_out + d_h_out, dc + d_c_out
+                dz, carried, dc = cell_backward(t, d_out, carried, through_kernel, dc)
+                dz = tf.cast(dz, low)
                 dz_all[t] = dz
-                dh = keep_h_wide[t] * dh + tf.cast(backprop_through_kernel(dz), wide)
-                dc = keep_c_wide[t] * dc + dc_new * f
+                through_kernel = tf.cast(backprop_through_kernel(dz), wide)
+            dh = carried + through_kernel
             d_projected = tf.stack(dz_all)
             # dU = sum_t h_{t-1}^T dz_t, one product over all steps.
             h_prev_all = tf.stack([s[0] for s in saved])
@@ -96,6 +117,58 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         return outputs, backward
 
     return recurrence(projected, h0, c0, recurrent_kernel)
+
+
+def _native_cell():
+    """The native cell's library where it can run in the graph being traced, else None. It has
+    CPU kernels only: none under XLA (a `jit_compile` function) or with a GPU."""
+    if tf.config.list_logical_devices("GPU"):
+        return None
+    try:
+        from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+    except ImportError:  # moved: do not risk an XLA graph with an op XLA lacks
+        return None
+    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return None
+    return native.zoneout_cell()
+
+
+def _native_cell_backward(library, saved, keep_h_steps, keep_c_steps):
+    """`(t, dh_out, dh_carried, dh_through_kernel, dc) -> (dz_t, dh_{t-1}, dc_{t-1})` (dh_{t-1}
+    less its part through `U`), one native kernel a step; dh is the sum of its three parts."""
+
+    def step(t, dh_out, dh_carried, dh_through_kernel, dc):
+        _, c_prev, activations = saved[t]
+        return library.psmm_zoneout_cell_grad(dh_out, dh_carried, dh_through_kernel, dc,
+                                             activations, c_prev, keep_h_steps[t],
+                                             keep_c_steps[t])
+
+    return step
+
+
+def _ops_cell_backward(saved, keep_h, keep_c):
+    """What `_native_cell_backward` computes, as TensorFlow ops. The elementwise factors that
+    do not depend on the step after are computed for all steps at once, so the loop holds a
+    few ops a step instead of some forty."""
+    c_prev, i, f, g, o, tanh_c = (tf.stack(x) for x in list(zip(*saved))[1:])
+    # Zoneout: h_t = (1 - k) h' + k h_{t-1} (the same for c). Per step:
+    # dh' = (1 - k^h) dh, dc' = (1 - k^c) dc + dh' o (1 - tanh(c')^2), and
+    # dz = [dc' g i (1 - i), dc' c_{t-1} f (1 - f), dc' i (1 - g^2), dh' tanh(c') o (1 - o)].
+    gate_factors = tf.unstack(tf.concat(
+        [g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)],
+        axis=-1))
+    cell_from_h = tf.unstack(o * (1 - tanh_c * tanh_c))
+    update_h, update_c = tf.unstack(1 - keep_h), tf.unstack(1 - keep_c)
+    keep_h, keep_c, forget = tf.unstack(keep_h), tf.unstack(keep_c), tf.unstack(f)
+
+    def step(t, dh_out, dh_carried, dh_through_kernel, dc):
+        dh = dh_out + dh_carried + dh_through_kernel
+        dh_new = update_h[t] * dh
+        dc_new = update_c[t] * dc + dh_new * cell_from_h[t]
+        dz = tf.concat([dc_new, dc_new, dc_new, dh_new], axis=-1) * gate_factors[t]
+        return dz, keep_h[t] * dh, keep_c[t] * dc + dc_new * forget[t]
+
+    return step
 
 
 def _times_transposed(kernel):

@@ -1,11 +1,18 @@
 """The hand-written backward pass of the TensorFlow recurrence against TF's automatic gradient of
 the same recurrence written plainly, step by step."""
 
+import functools
+import os
+import shutil
+import tempfile
+from unittest import mock
+
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
 from psmm_tf import testing
+from psmm_tf.layers import native
 from psmm_tf.layers.lstm_recurrence_tf import zoneout_recurrence
 
 T, B, H = 7, 3, 4
@@ -24,6 +31,20 @@ def _plain_recurrence(projected, keep_h, keep_c, h, c, kernel, state_index):
         all_h.append(h)
         all_c.append(c)
     return tf.stack(all_h), all_h[state_index], all_c[state_index]
+
+
+def _has_compiler():
+    return shutil.which(os.environ.get("CXX", "g++")) is not None
+
+
+def _cell_paths(test):
+    """`zoneout_recurrence` with the native cell (where a compiler is present: it must build)
+    and with the cell as TensorFlow ops."""
+    paths = [("ops", functools.partial(zoneout_recurrence, fused_cell=False))]
+    if _has_compiler():
+        test.assertIsNotNone(native.zoneout_cell(), "the native cell failed to build")
+        paths.append(("native", functools.partial(zoneout_recurrence, fused_cell=True)))
+    return paths
 
 
 @testing.skip_unless_tensorflow("the TensorFlow recurrence and its backward pass")
@@ -50,16 +71,20 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
         # Random weights on every output, so each enters the backward pass.
         weights = [tf.constant(rng.normal(size=shape), dtype)
                    for shape in ((T, B, H), (B, H), (B, H))]
-        results = []
-        for function in (zoneout_recurrence, _plain_recurrence):
+
+        def run(function):
             with tf.GradientTape() as tape:
                 tape.watch([projected, h0, c0, kernel])
                 outputs = function(projected, keep_h, keep_c, h0, c0, kernel, state_index)
                 loss = sum(tf.reduce_sum(w * o) for w, o in zip(weights, outputs, strict=True))
             grads = tape.gradient(loss, [projected, h0, c0, kernel])
-            results.append([o.numpy() for o in outputs] + [g.numpy() for g in grads])
-        for got, want in zip(*results, strict=True):
-            self.assertAllClose(got, want, atol=atol, rtol=atol)
+            return [o.numpy() for o in outputs] + [g.numpy() for g in grads]
+
+        want = run(_plain_recurrence)
+        for name, function in _cell_paths(self):
+            with self.subTest(cell=name):
+                for got, expected in zip(run(function), want, strict=True):
+                    self.assertAllClose(got, expected, atol=atol, rtol=atol)
 
     # 16-bit policies: the products in 16 bits, the cell in float32. Against float64 on the same
     # 16-bit inputs: within `tolerance` (a wrong gradient term is off by far more), and, in
@@ -78,9 +103,16 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
         h0, c0 = draw(B, H), draw(B, H)
         keep = tf.cast(tf.constant(rng.random((T, B, H)) < 0.3), dtype)
         weights = [draw(T, B, H), draw(B, H), draw(B, H)]
+        for name, recurrence in _cell_paths(self):
+            with self.subTest(cell=name):
+                self._check_16_bit(recurrence, dtype, tolerance, against_16_bit_cell, projected,
+                                   kernel, h0, c0, keep, weights)
+
+    def _check_16_bit(self, recurrence, dtype, tolerance, against_16_bit_cell, projected,
+                      kernel, h0, c0, keep, weights):
         results = []
-        for function, cast in ((zoneout_recurrence, dtype), (_plain_recurrence, dtype),
-                               (zoneout_recurrence, tf.float64)):
+        for function, cast in ((recurrence, dtype), (_plain_recurrence, dtype),
+                               (recurrence, tf.float64)):
             inputs = [tf.cast(x, cast) for x in (projected, h0, c0, kernel)]
             with tf.GradientTape() as tape:
                 tape.watch(inputs)
@@ -113,3 +145,72 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
                                                     T - 1)[0])
         self.assertAllClose(tape.gradient(fused, kernel), tape.gradient(plain, kernel),
                             atol=1e-5)
+
+    def test_native_cell_refuses_inputs_of_other_shapes(self):
+        if not _has_compiler():
+            self.skipTest("no C++ compiler: the native cell is not built")
+        library = native.zoneout_cell()
+        state = tf.zeros((B, H))
+        gates = tf.zeros((B, 4 * H))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"input 4 must be \(3, 4\)"):
+            library.psmm_zoneout_cell(gates, gates, state, state, tf.zeros((B, H + 1)), state)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"input 1 must be"):
+            library.psmm_zoneout_cell(gates, tf.zeros((B, 4 * H + 4)), state, state, state,
+                                      state)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"input 0 must be"):
+            library.psmm_zoneout_cell(tf.zeros((B, 4 * H + 1)), gates, state, state, state,
+                                      state)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"input 7 must be"):
+            library.psmm_zoneout_cell_grad(state, state, state, state, tf.zeros((B, 5 * H)),
+                                           state, state, tf.zeros((B + 1, H)))
+
+    def test_native_cell_falls_back_to_ops_when_off_or_unbuildable(self):
+        # PSMM_TF_NATIVE=0 turns it off; a compiler that fails leaves no library in the cache
+        # and the recurrence runs as TensorFlow ops.
+        cache = tempfile.mkdtemp()
+        environments = ({"PSMM_TF_NATIVE": "0"},
+                        {"CXX": "/nonexistent/c++", "PSMM_TF_CACHE": cache},
+                        {"CXX": "false", "PSMM_TF_CACHE": cache})
+        try:
+            for environment in environments:
+                native.zoneout_cell.cache_clear()
+                with mock.patch.dict(os.environ, environment), self.subTest(**environment):
+                    self.assertIsNone(native.zoneout_cell())
+                    keep = tf.zeros((T, B, H))
+                    outputs = zoneout_recurrence(tf.ones((T, B, 4 * H)), keep, keep,
+                                                 tf.zeros((B, H)), tf.zeros((B, H)),
+                                                 tf.ones((H, 4 * H)) * 0.1, T - 1)
+                    self.assertAllClose(outputs[0], _plain_recurrence(
+                        tf.ones((T, B, 4 * H)), keep, keep, tf.zeros((B, H)),
+                        tf.zeros((B, H)), tf.ones((H, 4 * H)) * 0.1, T - 1)[0], atol=1e-6)
+            self.assertEqual([p.name for p in os.scandir(cache)], [])
+        finally:
+            native.zoneout_cell.cache_clear()
+            shutil.rmtree(cache)
+
+    def test_native_cell_only_in_graphs_traced_inside_enabled(self):
+        # Outside `native.enabled()` (exports, Keras' fit) a traced layer holds TensorFlow's
+        # own ops only; inside (the training step) the native kernels, where they build; and
+        # never in an XLA-compiled function, which has no kernel for them.
+        from psmm_tf.layers import ZoneoutLSTM
+
+        layer = ZoneoutLSTM(H, zoneout=0.3, seed=1)
+        x = tf.ones((B, T, 5))
+
+        def native_ops(jit_compile=False):
+            def loss():
+                with tf.GradientTape() as tape:
+                    out = tf.reduce_sum(layer(x, training=True)[0])
+                return tape.gradient(out, layer.trainable_variables)
+
+            graph = tf.function(loss, jit_compile=jit_compile).get_concrete_function().graph
+            functions = [graph] + [f.graph for f in graph._functions.values()
+                                   if hasattr(f, "graph")]
+            return sorted({op.type for g in functions for op in g.get_operations()
+                           if op.type.startswith("Psmm")})
+
+        self.assertEqual(native_ops(), [])
+        with native.enabled():
+            self.assertEqual(native_ops(jit_compile=True), [])
+            if _has_compiler():
+                self.assertEqual(native_ops(), ["PsmmZoneoutCell", "PsmmZoneoutCellGrad"])

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from psmm_tf.configs import TrainConfig
 from psmm_tf.gradients import clip_gradients, clip_groups, pointer_variable_indices
+from psmm_tf.layers import native
 from psmm_tf.losses import per_target_losses, window_sums
 from psmm_tf.training import distribution
 
@@ -123,7 +124,10 @@ class TrainStep:
 
     def __call__(self, batch, state, memory, pointer_share=1.0):
         share = tf.constant(pointer_share, tf.float32)  # a tensor: no retracing per value
-        return self._step(batch, state, memory, share)
+        # The LSTM cell as one native kernel a step, where it builds (psmm_tf.layers.native):
+        # this graph is never exported.
+        with native.enabled():
+            return self._step(batch, state, memory, share)
 
     def _distributed_step(self, batch, state, memory, pointer_share):
         sums, grad_norm, state, memory = self.strategy.run(
