@@ -5,11 +5,11 @@ kernels (`lstm_recurrence_tf` uses them). A graph that holds them runs only wher
 is loaded, which a SavedModel for TF Serving must not need: so the recurrence uses them only in
 graphs traced inside `enabled()`, which the training step (`TrainStep`) opens around its
 compiled step; exports, `.keras` models and Keras' own `fit` trace the same equations as
-TensorFlow ops. The library is built against the installed
-TensorFlow with the C++ compiler on the path (`$CXX`, else `g++`), once per TensorFlow
-version, source and CPU, into `$PSMM_TF_CACHE` (default `~/.cache/psmm_tf`). Where it cannot
-be built (no compiler, no TensorFlow headers) or `PSMM_TF_NATIVE=0` is set, `zoneout_cell()`
-returns None and the recurrence runs the same equations as TensorFlow ops.
+TensorFlow ops. The library is built against the installed TensorFlow with the C++ compiler
+on the path (`$CXX`, else `g++`), once per TensorFlow version, source and CPU, into
+`$PSMM_TF_CACHE` (default `~/.cache/psmm_tf`). Where it cannot be built (no compiler, no
+TensorFlow headers, no writable cache) or `PSMM_TF_NATIVE=0` is set, `zoneout_cell()` returns
+None and the recurrence runs the same equations as TensorFlow ops.
 """
 
 import contextlib
