@@ -12,7 +12,7 @@ transposed operand is the faster one; docs/results.md, "The machine's limit").
 `benchmarks/machine_limit.py` measures it (docs/results.md, "The machine's limit"). The
 numbers are those of the automatic gradient up to float rounding in float32 and float64; under a
 16-bit policy the products are 16-bit and the cell float32, checked against float64
-(`lstm_recurrence_tf_test.py`). In the training step the cell's elementwise work, forward and
+(`lstm_recurrence_tf_test.py`). In the training steps the cell's elementwise work, forward and
 backward, is one native CPU kernel a step (`psmm_tf.layers.native`); elsewhere, and where that
 kernel cannot be built, it runs as TensorFlow ops, the same equations.
 """
@@ -42,7 +42,7 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
             be built and run: not under XLA (`jit_compile`) and not with a GPU. False, or
             where it cannot, runs it as TensorFlow ops; both compute the same equations. None
             (the default): True inside `psmm_tf.layers.native.enabled()` (the training
-            step), else False, so exported graphs hold only TensorFlow's own ops.
+            steps), else False, so exported graphs hold only TensorFlow's own ops.
 
     Returns:
         `(all_h, h, c)`: `(T, B, H)` the hidden state after every step, and the state after

@@ -28,6 +28,7 @@ import keras_hub
 from keras import ops
 
 from psmm_tf.configs import TrainConfig
+from psmm_tf.layers import native
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 from psmm_tf.models.tokenizer import VOCABULARY_ASSET
 
@@ -98,6 +99,12 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         kwargs.setdefault("jit_compile", False)
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
                         sampler=sampler, **kwargs)
+
+    def train_step(self, *args, **kwargs):
+        # Traced inside `fit`'s training function, which is never exported: on TensorFlow the
+        # LSTM cell may be one native CPU kernel a step there (psmm_tf.layers.native).
+        with native.enabled():
+            return super().train_step(*args, **kwargs)
 
     def get_compile_config(self):
         config = super().get_compile_config()

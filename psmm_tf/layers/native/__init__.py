@@ -3,9 +3,9 @@
 `zoneout_cell.cc` holds one step of the zoneout LSTM cell, forward and backward, as two CPU
 kernels (`lstm_recurrence_tf` uses them). A graph that holds them runs only where their library
 is loaded, which a SavedModel for TF Serving must not need: so the recurrence uses them only in
-graphs traced inside `enabled()`, which the training step (`TrainStep`) opens around its
-compiled step; exports, `.keras` models and Keras' own `fit` trace the same equations as
-TensorFlow ops. The library is built against the installed TensorFlow with the C++ compiler
+graphs traced inside `enabled()`, which the training steps open (psmm-train's `TrainStep`
+around its compiled step, the tasks' `train_step` in Keras' `fit`); exports, `.keras` models,
+`predict` and `evaluate` trace the same equations as TensorFlow ops. The library is built against the installed TensorFlow with the C++ compiler
 on the path (`$CXX`, else `g++`), once per TensorFlow version, source and CPU, into
 `$PSMM_TF_CACHE` (default `~/.cache/psmm_tf`). Where it cannot be built (no compiler, no
 TensorFlow headers, no writable cache) or `PSMM_TF_NATIVE=0` is set, `zoneout_cell()` returns
