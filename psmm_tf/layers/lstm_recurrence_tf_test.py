@@ -164,6 +164,15 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
             library.psmm_zoneout_cell_grad(state, state, state, state, tf.zeros((B, 5 * H)),
                                            state, state, tf.zeros((B + 1, H)))
 
+    def test_native_switch_takes_0_or_1(self):
+        native.zoneout_cell.cache_clear()
+        try:
+            with mock.patch.dict(os.environ, {"PSMM_TF_NATIVE": "yes"}):
+                with self.assertRaisesRegex(ValueError, "PSMM_TF_NATIVE must be 0 .* got 'yes'"):
+                    native.zoneout_cell()
+        finally:
+            native.zoneout_cell.cache_clear()
+
     def test_native_cell_falls_back_to_ops_when_off_or_unbuildable(self):
         # PSMM_TF_NATIVE=0 turns it off; a compiler that fails leaves no library in the cache
         # and the recurrence runs as TensorFlow ops.

@@ -82,8 +82,16 @@ def _build(tf, target):
 @functools.cache
 def zoneout_cell():
     """The op library of `zoneout_cell.cc` (`psmm_zoneout_cell`, `psmm_zoneout_cell_grad`),
-    or None where it is turned off or cannot be built (logged once, with the reason)."""
-    if os.environ.get("PSMM_TF_NATIVE", "1") == "0":
+    or None where it is turned off or cannot be built (logged once, with the reason).
+
+    Raises:
+        ValueError: `PSMM_TF_NATIVE` is set to something other than 0 or 1.
+    """
+    switch = os.environ.get("PSMM_TF_NATIVE", "1")
+    if switch not in ("0", "1"):
+        raise ValueError(f"PSMM_TF_NATIVE must be 0 (the LSTM cell as TensorFlow ops) or 1 "
+                         f"(the native kernel where it builds), got {switch!r}.")
+    if switch == "0":
         return None
     import tensorflow as tf
 
