@@ -64,10 +64,10 @@ setup(
     package_dir=PACKAGE_DIR,
     # Example TF Serving models.config and batching parameters beside the exporter; the
     # checksums of the corpora's archives, which TFDS reads beside the builders; the native
-    # cell's source, compiled on first use.
+    # kernels' sources, compiled on first use.
     package_data={"psmm_tf.export": ["models.config", "batching_parameters.txt"],
                   "psmm_tf.data": ["checksums.tsv"],
-                  "psmm_tf.layers.native": ["zoneout_cell.cc"]},
+                  "psmm_tf.layers.native": ["*.cc"]},
     cmdclass={"build_py": BuildPyWithoutTests},
     install_requires=[
         # Tested with TensorFlow 2.21; Keras 3 needs TensorFlow >= 2.16. The upper bound is

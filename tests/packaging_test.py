@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import psmm_tf
+from psmm_tf.layers import native
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("setup.py", "pyproject.toml", "README.md", "LICENSE", "psmm_tf", "trainers", "export")
@@ -80,9 +81,10 @@ class WheelTest(unittest.TestCase):
                        "psmm_tf/cli.py"):
             self.assertIn(module, self.names)
         # Data files read at run time: the serving examples, the corpora's checksums and the
-        # native cell's source.
-        for data in ("psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv",
-                     "psmm_tf/layers/native/zoneout_cell.cc"):
+        # native kernels' sources.
+        sources = [f"psmm_tf/layers/native/{source.name}" for source in native.SOURCES]
+        self.assertIn("psmm_tf/layers/native/target_log_softmax.cc", sources)
+        for data in ["psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv"] + sources:
             self.assertIn(data, self.names)
 
     def test_no_tests_in_the_wheel(self):

@@ -57,7 +57,7 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
 
     if fused_cell is None:
         fused_cell = native.is_enabled()
-    library = _native_cell() if fused_cell else None
+    library = native.runnable() if fused_cell else None
 
     @tf.custom_gradient
     def recurrence(projected, h0, c0, kernel):
@@ -119,20 +119,6 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         return outputs, backward
 
     return recurrence(projected, h0, c0, recurrent_kernel)
-
-
-def _native_cell():
-    """The native cell's library where it can run in the graph being traced, else None. It has
-    CPU kernels only: none under XLA (a `jit_compile` function) or with a GPU."""
-    if tf.config.list_logical_devices("GPU"):
-        return None
-    try:
-        from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
-    except ImportError:  # moved: do not risk an XLA graph with an op XLA lacks
-        return None
-    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-        return None
-    return native.zoneout_cell()
 
 
 def _native_cell_backward(library, saved, keep_h_steps, keep_c_steps):

@@ -42,7 +42,7 @@ def _cell_paths(test):
     and with the cell as TensorFlow ops."""
     paths = [("ops", functools.partial(zoneout_recurrence, fused_cell=False))]
     if _has_compiler():
-        test.assertIsNotNone(native.zoneout_cell(), "the native cell failed to build")
+        test.assertIsNotNone(native.library(), "the native cell failed to build")
         paths.append(("native", functools.partial(zoneout_recurrence, fused_cell=True)))
     return paths
 
@@ -149,7 +149,7 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
     def test_native_cell_refuses_inputs_of_other_shapes(self):
         if not _has_compiler():
             self.skipTest("no C++ compiler: the native cell is not built")
-        library = native.zoneout_cell()
+        library = native.library()
         state = tf.zeros((B, H))
         gates = tf.zeros((B, 4 * H))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"input 4 must be \(3, 4\)"):
@@ -165,13 +165,13 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
                                            state, state, tf.zeros((B + 1, H)))
 
     def test_native_switch_takes_0_or_1(self):
-        native.zoneout_cell.cache_clear()
+        native.library.cache_clear()
         try:
             with mock.patch.dict(os.environ, {"PSMM_TF_NATIVE": "yes"}):
                 with self.assertRaisesRegex(ValueError, "PSMM_TF_NATIVE must be 0 .* got 'yes'"):
-                    native.zoneout_cell()
+                    native.library()
         finally:
-            native.zoneout_cell.cache_clear()
+            native.library.cache_clear()
 
     def test_native_cell_falls_back_to_ops_when_off_or_unbuildable(self):
         # PSMM_TF_NATIVE=0 turns it off; a compiler that fails leaves no library in the cache
@@ -182,9 +182,9 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
                         {"CXX": "false", "PSMM_TF_CACHE": cache})
         try:
             for environment in environments:
-                native.zoneout_cell.cache_clear()
+                native.library.cache_clear()
                 with mock.patch.dict(os.environ, environment), self.subTest(**environment):
-                    self.assertIsNone(native.zoneout_cell())
+                    self.assertIsNone(native.library())
                     keep = tf.zeros((T, B, H))
                     outputs = zoneout_recurrence(tf.ones((T, B, 4 * H)), keep, keep,
                                                  tf.zeros((B, H)), tf.zeros((B, H)),
@@ -194,7 +194,7 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
                         tf.zeros((B, H)), tf.ones((H, 4 * H)) * 0.1, T - 1)[0], atol=1e-6)
             self.assertEqual([p.name for p in os.scandir(cache)], [])
         finally:
-            native.zoneout_cell.cache_clear()
+            native.library.cache_clear()
             shutil.rmtree(cache)
 
     def test_native_cell_only_in_graphs_traced_inside_enabled(self):

@@ -9,26 +9,44 @@ forward, and kept for the backward pass: the target's log-probability is the log
 softmax entry, which is exact to float rounding while that entry is a normal number; a row
 whose target's probability is below `EXACT_BELOW` takes the log-sum-exp instead. Forward and
 backward of `(700, 10000)` logits then took 11.0 against 15.7 ms (the log-sum-exp forward and
-a softmax backward).
+a softmax backward). In the training steps (inside `psmm_tf.layers.native.enabled()`) both
+passes are one native CPU kernel each (`psmm_tf/layers/native/target_log_softmax.cc`), which
+also reads 16-bit logits and writes their gradient in 16 bits without a float32 copy of either;
+`(700, 10000)` logits forward and backward: see docs/results.md ("The machine's limit").
 """
 
 import tensorflow as tf
+
+from psmm_tf.layers import native
 
 # Below this target probability, `log softmax(z)[y]` is taken as `z_y - logsumexp(z)`: the
 # log of a probability this small (a loss above 69 nats) could lose digits to subnormals.
 EXACT_BELOW = 1e-30
 
 
-def target_log_softmax(logits, targets):
-    """`log softmax(logits)[target]`, differentiable in `logits`.
+def target_log_softmax(logits, targets, fused=None):
+    """`log softmax(logits)[target]`, differentiable in `logits`, computed in float32 (float64
+    for float64 logits).
 
     Args:
         logits: float `(..., V)`.
         targets: int `(...)` in `[0, V)` (checked by the caller).
+        fused: optional bool. True computes it, forward and backward, with the native CPU
+            kernels (`psmm_tf.layers.native`) where they can be built and run (not under XLA,
+            not with a GPU) and `logits` are 16-bit or float32; False, or where they cannot,
+            with TensorFlow ops. None (the default): True inside
+            `psmm_tf.layers.native.enabled()` (the training steps), else False.
 
     Returns:
-        `(...)`, in `logits`' dtype. Its gradient is `dy (one_hot(y) - softmax(z))`.
+        `(...)` float32 (float64 for float64 logits). Its gradient, in `logits`' dtype, is
+        `dy (one_hot(y) - softmax(z))`.
     """
+    if fused is None:
+        fused = native.is_enabled()
+    library = native.runnable() if fused and logits.dtype != tf.float64 else None
+    if library is not None:
+        return _native_target_log_softmax(library, logits, targets)
+    logits = tf.cast(logits, tf.float64 if logits.dtype == tf.float64 else tf.float32)
     shape = tf.shape(targets)
     vocab_size = tf.shape(logits)[-1]
 
@@ -54,6 +72,29 @@ def target_log_softmax(logits, targets):
             index = tf.stack([tf.range(tf.shape(flat_targets)[0]), flat_targets], axis=-1)
             grad = tf.tensor_scatter_nd_add(grad, index, d_rows)
             return tf.reshape(grad, tf.shape(logits))
+
+        return tf.reshape(value, shape), backward
+
+    return log_prob(logits)
+
+
+def _native_target_log_softmax(library, logits, targets):
+    """`target_log_softmax` with the native kernels: the row's maximum and the inverse of its
+    sum of exponentials forward, kept for the backward pass, which recomputes the softmax."""
+    shape = tf.shape(targets)
+    vocab_size = tf.shape(logits)[-1]
+
+    @tf.custom_gradient
+    def log_prob(logits):
+        rows = tf.reshape(logits, [-1, vocab_size])  # (N, V)
+        flat_targets = tf.reshape(tf.cast(targets, tf.int32), [-1])
+        value, row_max, inverse_sum = library.psmm_target_log_softmax(rows, flat_targets)
+
+        def backward(d_value):
+            d_rows = library.psmm_target_log_softmax_grad(
+                rows, flat_targets, row_max, inverse_sum,
+                tf.reshape(tf.cast(d_value, tf.float32), [-1]))
+            return tf.reshape(d_rows, tf.shape(logits))
 
         return tf.reshape(value, shape), backward
 

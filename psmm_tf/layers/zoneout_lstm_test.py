@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import tensorflow as tf
+from keras import ops
 
 from psmm_tf import testing
 from psmm_tf.layers import LockedDropout, ZoneoutLSTM
@@ -66,6 +67,26 @@ class ZoneoutLSTMTest(testing.TestCase):
         first = outputs[:, 0]
         self.assertTrue(np.all(np.isclose(first, 0.0, atol=1e-6)
                                | np.isclose(first, first_h, atol=1e-5)))
+
+    def test_training_masks_keep_units_at_the_zoneout_rate(self):
+        # 2 x 60 x 20 x 50 draws a call: the share kept is the rate within 5 standard
+        # deviations, the h and c masks differ, and each call draws new masks.
+        for rate in (0.1, 0.5):
+            layer = ZoneoutLSTM(50, zoneout=rate, seed=7)
+            first = [np.asarray(ops.convert_to_numpy(k)) for k in
+                     layer._zoneout_keep(60, 20, training=True)]
+            second = np.asarray(ops.convert_to_numpy(layer._zoneout_keep(60, 20, True)[0]))
+            both = np.stack(first)
+            self.assertEqual(both.shape, (2, 60, 20, 50))
+            self.assertTrue(np.all((both == 0) | (both == 1)))
+            tolerance = 5 * np.sqrt(rate * (1 - rate) / both.size)
+            self.assertAllClose(both.mean(), rate, atol=tolerance)
+            self.assertLess(np.mean(first[0] == first[1]), 0.9)
+            self.assertLess(np.mean(first[0] == second), 0.9)
+        # A rate far below 2^-16 (TensorFlow's resolution) keeps almost nothing.
+        tiny = ZoneoutLSTM(50, zoneout=1e-9, seed=7)
+        self.assertLess(float(np.mean(ops.convert_to_numpy(
+            tiny._zoneout_keep(60, 20, True)[0]))), 1e-3)
 
     def test_masked_steps_keep_the_state(self):
         layer, inputs = self._layer_and_inputs()

@@ -1,15 +1,18 @@
 """Native TensorFlow kernels of psmm_tf, compiled on first use.
 
-`zoneout_cell.cc` holds one step of the zoneout LSTM cell, forward and backward, as two CPU
-kernels (`lstm_recurrence_tf` uses them). A graph that holds them runs only where their library
-is loaded, which a SavedModel for TF Serving must not need: so the recurrence uses them only in
-graphs traced inside `enabled()`, which the training steps open (psmm-train's `TrainStep`
-around its compiled step, the tasks' `train_step` in Keras' `fit`); exports, `.keras` models,
-`predict` and `evaluate` trace the same equations as TensorFlow ops. The library is built against the installed TensorFlow with the C++ compiler
-on the path (`$CXX`, else `g++`), once per TensorFlow version, source and CPU, into
+Two sources, one library, CPU kernels forward and backward:
+- `zoneout_cell.cc`: one step of the zoneout LSTM cell (`lstm_recurrence_tf` uses it);
+- `target_log_softmax.cc`: the target's log-probability of the vocabulary softmax, on 16-bit
+  or float32 logits (`target_log_softmax_tf` uses it).
+A graph that holds them runs only where their library is loaded, which a SavedModel for TF
+Serving must not need: so they are used only in graphs traced inside `enabled()`, which the
+training steps open (psmm-train's `TrainStep` around its compiled step, the tasks' `train_step`
+in Keras' `fit`); exports, `.keras` models, `predict` and `evaluate` trace the same equations as
+TensorFlow ops. The library is built against the installed TensorFlow with the C++ compiler on
+the path (`$CXX`, else `g++`), once per TensorFlow version, sources and CPU, into
 `$PSMM_TF_CACHE` (default `~/.cache/psmm_tf`). Where it cannot be built (no compiler, no
-TensorFlow headers, no writable cache) or `PSMM_TF_NATIVE=0` is set, `zoneout_cell()` returns
-None and the recurrence runs the same equations as TensorFlow ops.
+TensorFlow headers, no writable cache) or `PSMM_TF_NATIVE=0` is set, `library()` returns None
+and the same equations run as TensorFlow ops.
 """
 
 import contextlib
@@ -23,7 +26,8 @@ import shlex
 import subprocess
 import tempfile
 
-SOURCE = pathlib.Path(__file__).with_name("zoneout_cell.cc")
+SOURCES = tuple(pathlib.Path(__file__).with_name(name)
+                for name in ("zoneout_cell.cc", "target_log_softmax.cc"))
 
 # Module-wide, not per thread: tf.distribute traces its replicas in threads of their own.
 _depth = {"enabled": 0, "disabled": 0}
@@ -39,17 +43,19 @@ def _scope(kind):
 
 
 def enabled():
-    """Within it, graphs traced may hold the native cell (where it can be built and run)."""
+    """Within it, graphs traced may hold the native kernels (where they can be built and
+    run)."""
     return _scope("enabled")
 
 
 def disabled():
-    """Within it, graphs traced hold no native cell, also inside `enabled()` (to compare)."""
+    """Within it, graphs traced hold no native kernel, also inside `enabled()` (to
+    compare)."""
     return _scope("disabled")
 
 
 def is_enabled():
-    """Whether a graph traced now may hold the native cell: inside `enabled()`, outside
+    """Whether a graph traced now may hold the native kernels: inside `enabled()`, outside
     `disabled()`."""
     return _depth["enabled"] > 0 and _depth["disabled"] == 0
 
@@ -64,14 +70,13 @@ def _cpu_signature():
     return "\n".join(sorted(set(keep)))
 
 
-def _build(tf, target):
-    """Compiles SOURCE into `target` (written whole or not at all)."""
-    compiler = os.environ.get("CXX", "g++")
+def _build(tf, compiler, target):
+    """Compiles SOURCES with `compiler` into `target` (written whole or not at all)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         output = pathlib.Path(scratch) / target.name
         command = ([compiler, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w",
-                    str(SOURCE), "-o", str(output)]
+                    *map(str, SOURCES), "-o", str(output)]
                    + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -79,33 +84,58 @@ def _build(tf, target):
         os.replace(output, target)  # atomic: a concurrent process sees all of it or none
 
 
+def for_graph():
+    """The library where the graph being traced may hold its kernels and can run them: inside
+    `enabled()` (`is_enabled()`) and `runnable()`; else None."""
+    return runnable() if is_enabled() else None
+
+
+def runnable():
+    """The library where the graph being traced can run its kernels, else None. They are CPU
+    kernels: none under XLA (a `jit_compile` function) or with a GPU."""
+    import tensorflow as tf
+
+    if tf.config.list_logical_devices("GPU"):
+        return None
+    try:
+        from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+    except ImportError:  # moved: do not risk an XLA graph with an op XLA lacks
+        return None
+    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return None
+    return library()
+
+
 @functools.cache
-def zoneout_cell():
-    """The op library of `zoneout_cell.cc` (`psmm_zoneout_cell`, `psmm_zoneout_cell_grad`),
-    or None where it is turned off or cannot be built (logged once, with the reason).
+def library():
+    """The op library (`psmm_zoneout_cell`, `psmm_zoneout_cell_grad`,
+    `psmm_target_log_softmax`, `psmm_target_log_softmax_grad`), or None where it is turned
+    off or cannot be built (logged once, with the reason).
 
     Raises:
         ValueError: `PSMM_TF_NATIVE` is set to something other than 0 or 1.
     """
     switch = os.environ.get("PSMM_TF_NATIVE", "1")
     if switch not in ("0", "1"):
-        raise ValueError(f"PSMM_TF_NATIVE must be 0 (the LSTM cell as TensorFlow ops) or 1 "
-                         f"(the native kernel where it builds), got {switch!r}.")
+        raise ValueError(f"PSMM_TF_NATIVE must be 0 (TensorFlow ops only) or 1 (the native "
+                         f"kernels where they build), got {switch!r}.")
     if switch == "0":
         return None
     import tensorflow as tf
 
+    compiler = os.environ.get("CXX", "g++")
     try:
-        key = hashlib.sha256("\n".join([SOURCE.read_text(), tf.__version__, _cpu_signature(),
-                                        os.environ.get("CXX", "g++")]).encode()).hexdigest()
+        key = hashlib.sha256("\n".join([*(source.read_text() for source in SOURCES),
+                                        tf.__version__, _cpu_signature(),
+                                        compiler]).encode()).hexdigest()
         cache = pathlib.Path(os.environ.get("PSMM_TF_CACHE",
                                             pathlib.Path.home() / ".cache" / "psmm_tf"))
-        target = cache / f"zoneout_cell-{key[:16]}.so"
+        target = cache / f"psmm_tf_kernels-{key[:16]}.so"
         if not target.exists():
-            _build(tf, target)
+            _build(tf, compiler, target)
         return tf.load_op_library(str(target))
     except (OSError, RuntimeError, tf.errors.OpError) as error:
         logging.getLogger("psmm_tf").warning(
-            "The fused zoneout LSTM cell is unavailable (%s); the recurrence runs as "
-            "TensorFlow ops (the same equations, slower on CPU).", error)
+            "psmm_tf's native kernels are unavailable (%s); the LSTM cell and the softmax's "
+            "loss run as TensorFlow ops (the same equations, slower on CPU).", error)
         return None
