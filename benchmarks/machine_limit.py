@@ -8,8 +8,9 @@ round by round (A B C A B C ...) in this process so that load from elsewhere hit
                 a tf.function on TensorFlow, a jax.jit of `stateless_call` on JAX);
   lstm, psmm    psmm_tf's own step (`TrainStep` on TensorFlow, `JaxTrainStep` on JAX: the LSTM
                 baseline and PSMM with its memory);
-  lstm_ops_cell (TensorFlow, not a default row) the LSTM step with its cell as TensorFlow ops,
-                not the native kernel (`psmm_tf.layers.native`): what the kernel gains;
+  lstm_tf_ops   (TensorFlow, not a default row) the LSTM step with no native kernel
+                (`psmm_tf.layers.native`: the cell and the softmax's loss as TensorFlow ops):
+                what the kernels gain (0.9's `lstm_ops_cell`, when the cell was the only one);
   matmuls       only the step's matrix products, in the step's order (each recurrence one
                 product after the other, forward and backward): the floor of the step;
   largest_product  the step's largest product, `(B T, H) x (H, V)`, alone: the machine's
@@ -39,7 +40,7 @@ flags.adopt_module_key_flags(step_setup)  # listed in --help
 flags.DEFINE_integer("rounds", 10, "Timed steps per row (after two warm-up steps).",
                      lower_bound=1)
 flags.DEFINE_list("policies", ["float32", "mixed_bfloat16"], "Keras dtype policies.")
-ROWS = ("stock_keras", "lstm", "psmm", "matmuls", "lstm_ops_cell")
+ROWS = ("stock_keras", "lstm", "psmm", "matmuls", "lstm_tf_ops")
 flags.DEFINE_list("rows", ["stock_keras", "lstm", "psmm", "matmuls"],
                   f"Rows per policy, of {', '.join(ROWS)}.")
 flags.register_validator("rows", lambda rows: bool(rows) and set(rows) <= set(ROWS),
@@ -250,25 +251,24 @@ def backend_compiled(function):
 def own_step(preset, batch, row, policy, vocab_size):
     """psmm_tf's own training step of `row` ("lstm" or "psmm") under `policy`, as a callable:
     `TrainStep` on TensorFlow, `JaxTrainStep` on JAX."""
-    ops_cell = row == "lstm_ops_cell"
-    if ops_cell and keras.backend.backend() != "tensorflow":
-        raise ValueError("lstm_ops_cell compares TensorFlow's native cell kernel: TensorFlow "
-                         "only")
-    kind = "lstm" if ops_cell else row
+    tf_ops = row == "lstm_tf_ops"
+    if tf_ops and keras.backend.backend() != "tensorflow":
+        raise ValueError("lstm_tf_ops compares TensorFlow's native kernels: TensorFlow only")
+    kind = "lstm" if tf_ops else row
     model, optimizer = step_setup.model_and_optimizer(preset, kind, vocab_size, dtype=policy)
     settings = step_setup.step_settings(preset, use_memory=kind == "psmm")
     if keras.backend.backend() == "jax":
         return step_setup.jax_step(model, optimizer, batch, settings)
     run = step_setup.tensorflow_step(model, optimizer, batch, settings)
-    if not ops_cell:
+    if not tf_ops:
         return run
     from psmm_tf.layers import native
 
-    def run_with_ops_cell():
+    def run_without_native():
         with native.disabled():  # the first call traces the step
             run()
 
-    return run_with_ops_cell
+    return run_without_native
 
 
 def device_line():

@@ -84,12 +84,6 @@ def _build(tf, compiler, target):
         os.replace(output, target)  # atomic: a concurrent process sees all of it or none
 
 
-def for_graph():
-    """The library where the graph being traced may hold its kernels and can run them: inside
-    `enabled()` (`is_enabled()`) and `runnable()`; else None."""
-    return runnable() if is_enabled() else None
-
-
 def runnable():
     """The library where the graph being traced can run its kernels, else None. They are CPU
     kernels: none under XLA (a `jit_compile` function) or with a GPU."""
