@@ -61,27 +61,32 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
 
     @tf.custom_gradient
     def recurrence(projected, h0, c0, kernel):
-        # Per-step tensors are taken with one `unstack` each, not T slices.
-        projected_steps = tf.unstack(tf.cast(projected, wide))
+        # Per-step tensors are taken with one `unstack` each, not T slices. The native kernel
+        # reads the 16-bit products and writes the 16-bit h the next product reads; the ops
+        # path casts.
+        projected_steps = tf.unstack(projected if library is not None
+                                     else tf.cast(projected, wide))
         keep_h_wide, keep_c_wide = tf.cast(keep_h, wide), tf.cast(keep_c, wide)
         keep_h_steps, keep_c_steps = tf.unstack(keep_h_wide), tf.unstack(keep_c_wide)
         h, c = tf.cast(h0, wide), tf.cast(c0, wide)
         h_low = h0
         saved, all_h, all_c = [], [], []
         for t in range(steps):
-            product = tf.cast(tf.matmul(h_low, kernel), wide)
+            product = tf.matmul(h_low, kernel)
             if library is not None:
                 # The activations (i, f, g, o, tanh(c')) as one (B, 5H) tensor.
                 c_prev = c
-                h, c, activations = library.psmm_zoneout_cell(
+                h, c, activations, h_next_low = library.psmm_zoneout_cell(
                     projected_steps[t], product, h, c, keep_h_steps[t], keep_c_steps[t])
                 saved.append((h_low, c_prev, activations))
+                h_low = h_next_low
             else:
-                activations, c_new, h_new = lstm_cell(projected_steps[t] + product, c)
+                activations, c_new, h_new = lstm_cell(
+                    projected_steps[t] + tf.cast(product, wide), c)
                 saved.append((h_low, c) + activations)
                 c = zoneout(c_new, c, keep_c_steps[t])
                 h = zoneout(h_new, h, keep_h_steps[t])
-            h_low = tf.cast(h, low)
+                h_low = tf.cast(h, low)
             all_h.append(h_low)
             all_c.append(c)
         outputs = (tf.stack(all_h), all_h[state_index], tf.cast(all_c[state_index], low))
@@ -93,21 +98,21 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
                 for d, like in ((d_all_h, outputs[0]), (d_h_out, h0), (d_c_out, c0)))
             cell_backward = (_native_cell_backward(library, saved, keep_h_steps, keep_c_steps)
                              if library is not None else
-                             _ops_cell_backward(saved, keep_h_wide, keep_c_wide))
+                             _ops_cell_backward(saved, keep_h_wide, keep_c_wide, low))
             d_all_h = tf.unstack(d_all_h)
             # dh reaching h_t, in three parts: from the outputs, carried by zoneout
-            # (k^h dh_{t+1}), and through the kernel (dz_{t+1} U^T).
-            carried = through_kernel = dc = tf.zeros_like(c0, dtype=wide)
+            # (k^h dh_{t+1}), and through the kernel (dz_{t+1} U^T, in the products' dtype).
+            carried = dc = tf.zeros_like(c0, dtype=wide)
+            through_kernel = tf.zeros_like(c0, dtype=low)
             dz_all = [None] * steps
             for t in reversed(range(steps)):
                 d_out = d_all_h[t]
                 if t == state_index:
                     d_out, dc = d_out + d_h_out, dc + d_c_out
-                dz, carried, dc = cell_backward(t, d_out, carried, through_kernel, dc)
-                dz = tf.cast(dz, low)
-                dz_all[t] = dz
-                through_kernel = tf.cast(backprop_through_kernel(dz), wide)
-            dh = carried + through_kernel
+                # dz in the products' dtype.
+                dz_all[t], carried, dc = cell_backward(t, d_out, carried, through_kernel, dc)
+                through_kernel = backprop_through_kernel(dz_all[t])
+            dh = carried + tf.cast(through_kernel, wide)
             d_projected = tf.stack(dz_all)
             # dU = sum_t h_{t-1}^T dz_t, one product over all steps.
             h_prev_all = tf.stack([s[0] for s in saved])
@@ -123,7 +128,8 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
 
 def _native_cell_backward(library, saved, keep_h_steps, keep_c_steps):
     """`(t, dh_out, dh_carried, dh_through_kernel, dc) -> (dz_t, dh_{t-1}, dc_{t-1})` (dh_{t-1}
-    less its part through `U`), one native kernel a step; dh is the sum of its three parts."""
+    less its part through `U`), one native kernel a step; dh is the sum of its three parts.
+    `dh_through_kernel` and `dz_t` are in the products' dtype, the rest in the cell's."""
 
     def step(t, dh_out, dh_carried, dh_through_kernel, dc):
         _, c_prev, activations = saved[t]
@@ -134,10 +140,10 @@ def _native_cell_backward(library, saved, keep_h_steps, keep_c_steps):
     return step
 
 
-def _ops_cell_backward(saved, keep_h, keep_c):
-    """What `_native_cell_backward` computes, as TensorFlow ops. The elementwise factors that
-    do not depend on the step after are computed for all steps at once, so the loop holds a
-    few ops a step instead of some forty."""
+def _ops_cell_backward(saved, keep_h, keep_c, low):
+    """What `_native_cell_backward` computes, as TensorFlow ops (`low`: the products' dtype).
+    The elementwise factors that do not depend on the step after are computed for all steps
+    at once, so the loop holds a few ops a step instead of some forty."""
     c_prev, i, f, g, o, tanh_c = (tf.stack(x) for x in list(zip(*saved))[1:])
     # Zoneout: h_t = (1 - k) h' + k h_{t-1} (the same for c). Per step:
     # dh' = (1 - k^h) dh, dc' = (1 - k^c) dc + dh' o (1 - tanh(c')^2), and
@@ -150,11 +156,11 @@ def _ops_cell_backward(saved, keep_h, keep_c):
     keep_h, keep_c, forget = tf.unstack(keep_h), tf.unstack(keep_c), tf.unstack(f)
 
     def step(t, dh_out, dh_carried, dh_through_kernel, dc):
-        dh = dh_out + dh_carried + dh_through_kernel
+        dh = dh_out + dh_carried + tf.cast(dh_through_kernel, dh_out.dtype)
         dh_new = update_h[t] * dh
         dc_new = update_c[t] * dc + dh_new * cell_from_h[t]
         dz = tf.concat([dc_new, dc_new, dc_new, dh_new], axis=-1) * gate_factors[t]
-        return dz, keep_h[t] * dh, keep_c[t] * dc + dc_new * forget[t]
+        return tf.cast(dz, low), keep_h[t] * dh, keep_c[t] * dc + dc_new * forget[t]
 
     return step
 
