@@ -82,7 +82,8 @@ class WheelTest(unittest.TestCase):
             self.assertIn(module, self.names)
         # Data files read at run time: the serving examples, the corpora's checksums and the
         # native kernels' sources.
-        sources = [f"psmm_tf/layers/native/{source.name}" for source in native.SOURCES]
+        sources = [f"psmm_tf/layers/native/{path.name}"
+                   for path in native.SOURCES + native.HEADERS]
         self.assertIn("psmm_tf/layers/native/target_log_softmax.cc", sources)
         for data in ["psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv"] + sources:
             self.assertIn(data, self.names)

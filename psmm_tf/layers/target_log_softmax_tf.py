@@ -15,6 +15,8 @@ also reads 16-bit logits and writes their gradient in 16 bits without a float32 
 `(700, 10000)` logits forward and backward: see docs/results.md ("The machine's limit").
 """
 
+import functools
+
 import tensorflow as tf
 
 from psmm_tf.layers import native
@@ -44,58 +46,55 @@ def target_log_softmax(logits, targets, fused=None):
     if fused is None:
         fused = native.is_enabled()
     library = native.runnable() if fused and logits.dtype != tf.float64 else None
-    if library is not None:
-        return _native_target_log_softmax(library, logits, targets)
-    logits = tf.cast(logits, tf.float64 if logits.dtype == tf.float64 else tf.float32)
+    if library is None:
+        logits = tf.cast(logits, tf.float64 if logits.dtype == tf.float64 else tf.float32)
+        row_log_prob = _ops_row_log_prob
+    else:
+        row_log_prob = functools.partial(_native_row_log_prob, library)
     shape = tf.shape(targets)
-    vocab_size = tf.shape(logits)[-1]
+    flat_targets = tf.reshape(tf.cast(targets, tf.int32), [-1])
 
     @tf.custom_gradient
     def log_prob(logits):
-        rows = tf.reshape(logits, [-1, vocab_size])  # (N, V)
-        flat_targets = tf.reshape(tf.cast(targets, tf.int32), [-1])
-        probs = tf.nn.softmax(rows)
-        target_prob = tf.gather(probs, flat_targets, axis=1, batch_dims=1)
-        # Rows whose target is (nearly) out of float range: the log-sum-exp, exactly. A NaN
-        # probability fails the comparison and stays NaN.
-        exact = tf.where(target_prob < EXACT_BELOW)
-        exact_rows = tf.gather_nd(rows, exact)  # (k, V), k usually 0
-        exact_logit = tf.gather(exact_rows, tf.gather_nd(flat_targets, exact), axis=1,
-                                batch_dims=1)
-        exact_value = exact_logit - tf.reduce_logsumexp(exact_rows, axis=-1)
-        value = tf.tensor_scatter_nd_update(tf.math.log(target_prob), exact, exact_value)
+        rows = tf.reshape(logits, [-1, tf.shape(logits)[-1]])  # (N, V)
+        value, row_backward = row_log_prob(rows, flat_targets)
 
         def backward(d_value):
-            d_rows = tf.reshape(d_value, [-1])
-            # dy one_hot(y) - dy softmax(z): the softmax scaled, dy added at each target.
-            grad = probs * -d_rows[:, None]
-            index = tf.stack([tf.range(tf.shape(flat_targets)[0]), flat_targets], axis=-1)
-            grad = tf.tensor_scatter_nd_add(grad, index, d_rows)
-            return tf.reshape(grad, tf.shape(logits))
+            return tf.reshape(row_backward(tf.reshape(d_value, [-1])), tf.shape(logits))
 
         return tf.reshape(value, shape), backward
 
     return log_prob(logits)
 
 
-def _native_target_log_softmax(library, logits, targets):
-    """`target_log_softmax` with the native kernels: the row's maximum and the inverse of its
+def _ops_row_log_prob(rows, targets):
+    """`(value, backward)` of `(N, V)` rows and `(N,)` targets as TensorFlow ops: the softmax
+    once, forward; `backward` maps `d value (N,)` to the rows' gradient."""
+    probs = tf.nn.softmax(rows)
+    target_prob = tf.gather(probs, targets, axis=1, batch_dims=1)
+    # Rows whose target is (nearly) out of float range: the log-sum-exp, exactly. A NaN
+    # probability fails the comparison and stays NaN.
+    exact = tf.where(target_prob < EXACT_BELOW)
+    exact_rows = tf.gather_nd(rows, exact)  # (k, V), k usually 0
+    exact_logit = tf.gather(exact_rows, tf.gather_nd(targets, exact), axis=1, batch_dims=1)
+    exact_value = exact_logit - tf.reduce_logsumexp(exact_rows, axis=-1)
+    value = tf.tensor_scatter_nd_update(tf.math.log(target_prob), exact, exact_value)
+
+    def backward(d_value):
+        # dy one_hot(y) - dy softmax(z): the softmax scaled, dy added at each target.
+        index = tf.stack([tf.range(tf.shape(targets)[0]), targets], axis=-1)
+        return tf.tensor_scatter_nd_add(probs * -d_value[:, None], index, d_value)
+
+    return value, backward
+
+
+def _native_row_log_prob(library, rows, targets):
+    """`_ops_row_log_prob` with the native kernels: the row's maximum and the inverse of its
     sum of exponentials forward, kept for the backward pass, which recomputes the softmax."""
-    shape = tf.shape(targets)
-    vocab_size = tf.shape(logits)[-1]
+    value, row_max, inverse_sum = library.psmm_target_log_softmax(rows, targets)
 
-    @tf.custom_gradient
-    def log_prob(logits):
-        rows = tf.reshape(logits, [-1, vocab_size])  # (N, V)
-        flat_targets = tf.reshape(tf.cast(targets, tf.int32), [-1])
-        value, row_max, inverse_sum = library.psmm_target_log_softmax(rows, flat_targets)
+    def backward(d_value):
+        return library.psmm_target_log_softmax_grad(rows, targets, row_max, inverse_sum,
+                                                    tf.cast(d_value, tf.float32))
 
-        def backward(d_value):
-            d_rows = library.psmm_target_log_softmax_grad(
-                rows, flat_targets, row_max, inverse_sum,
-                tf.reshape(tf.cast(d_value, tf.float32), [-1]))
-            return tf.reshape(d_rows, tf.shape(logits))
-
-        return tf.reshape(value, shape), backward
-
-    return log_prob(logits)
+    return value, backward

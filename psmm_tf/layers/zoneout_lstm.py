@@ -37,7 +37,9 @@ class ZoneoutLSTM(keras.layers.Layer):
 
     Args:
         units: int. Size of the hidden and cell state.
-        zoneout: float in [0, 1). Probability of keeping each state unit's previous value.
+        zoneout: float in [0, 1). Probability of keeping each state unit's previous value
+            (training masks on TensorFlow: to the nearest multiple of 2^-16, at least
+            2^-16).
         seed: optional int. Seed of the zoneout masks.
         kernel_initializer, recurrent_initializer: initializers of `W` and `U`.
         unit_forget_bias: bool. Start the forget gate's bias at 1 (Jozefowicz et al. 2015, as

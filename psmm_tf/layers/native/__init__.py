@@ -3,7 +3,8 @@
 Two sources, one library, CPU kernels forward and backward:
 - `zoneout_cell.cc`: one step of the zoneout LSTM cell (`lstm_recurrence_tf` uses it);
 - `target_log_softmax.cc`: the target's log-probability of the vocabulary softmax, on 16-bit
-  or float32 logits (`target_log_softmax_tf` uses it).
+  or float32 logits (`target_log_softmax_tf` uses it);
+and `kernel_util.h`, what they share.
 A graph that holds them runs only where their library is loaded, which a SavedModel for TF
 Serving must not need: so they are used only in graphs traced inside `enabled()`, which the
 training steps open (psmm-train's `TrainStep` around its compiled step, the tasks' `train_step`
@@ -28,6 +29,7 @@ import tempfile
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(name)
                 for name in ("zoneout_cell.cc", "target_log_softmax.cc"))
+HEADERS = (pathlib.Path(__file__).with_name("kernel_util.h"),)
 
 # Module-wide, not per thread: tf.distribute traces its replicas in threads of their own.
 _depth = {"enabled": 0, "disabled": 0}
@@ -119,8 +121,8 @@ def library():
 
     compiler = os.environ.get("CXX", "g++")
     try:
-        key = hashlib.sha256("\n".join([*(source.read_text() for source in SOURCES),
-                                        tf.__version__, _cpu_signature(),
+        texts = [path.read_text() for path in SOURCES + HEADERS]
+        key = hashlib.sha256("\n".join([*texts, tf.__version__, _cpu_signature(),
                                         compiler]).encode()).hexdigest()
         cache = pathlib.Path(os.environ.get("PSMM_TF_CACHE",
                                             pathlib.Path.home() / ".cache" / "psmm_tf"))

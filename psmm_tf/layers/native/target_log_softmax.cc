@@ -19,23 +19,9 @@
 #include <limits>
 
 #include "Eigen/Core"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/platform/threadpool.h"
+#include "kernel_util.h"
 
 namespace psmm_tf {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-
 namespace {
 
 template <typename T>
@@ -70,14 +56,12 @@ Status CheckInputs(OpKernelContext* ctx, std::initializer_list<int> row_inputs, 
   return Status();
 }
 
-// Runs fn(row) for each of `rows` rows on TensorFlow's intra-op threads.
+// Runs fn(row) for each of `rows` rows of `vocab_size` columns on the intra-op threads.
 template <typename Fn>
 void ForEachRow(OpKernelContext* ctx, int64_t rows, int64_t vocab_size, Fn fn) {
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  workers->ParallelFor(rows, /*cost_per_unit=*/vocab_size * 20,
-                       [&](int64_t begin, int64_t end) {
-                         for (int64_t row = begin; row < end; ++row) fn(row);
-                       });
+  ForRows(ctx, rows, /*cost_per_row=*/vocab_size * 20, [&](int64_t first, int64_t count) {
+    for (int64_t row = first; row < first + count; ++row) fn(row);
+  });
 }
 
 }  // namespace

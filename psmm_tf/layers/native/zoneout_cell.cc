@@ -23,24 +23,9 @@
 #include <type_traits>
 
 #include "Eigen/Core"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/platform/threadpool.h"
+#include "kernel_util.h"
 
 namespace psmm_tf {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::shape_inference::DimensionHandle;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-
 namespace {
 
 // A (rows, units) block of a row-major matrix whose rows are `stride` apart.
@@ -64,15 +49,6 @@ Block<T> Write(Tensor* t, int64_t row, int64_t rows, int64_t offset, int64_t uni
                int64_t stride) {
   return Block<T>(t->flat<T>().data() + row * stride + offset, rows, units,
                   Eigen::OuterStride<>(stride));
-}
-
-// Runs fn(first_row, end_row) over `rows` rows on TensorFlow's intra-op threads.
-template <typename Fn>
-void ForRows(OpKernelContext* ctx, int64_t rows, int64_t units, Fn fn) {
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  workers->ParallelFor(rows, /*cost_per_unit=*/units * 60, [&](int64_t begin, int64_t end) {
-    if (end > begin) fn(begin, end - begin);
-  });
 }
 
 Status CheckShapes(OpKernelContext* ctx, const Tensor& wide, int wide_parts,
@@ -177,7 +153,7 @@ class ZoneoutCellOp : public OpKernel {
       OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({rows, units}), &h_low));
     }
     const int64_t n = units, g4 = 4 * units, g5 = 5 * units;
-    ForRows(ctx, rows, units, [&](int64_t row, int64_t count) {
+    ForRows(ctx, rows, /*cost_per_row=*/units * 60, [&](int64_t row, int64_t count) {
       auto gate = [&](int k) {
         return Read<L>(projected, row, count, k * n, n, g4).template cast<T>() +
                Read<L>(product, row, count, k * n, n, g4).template cast<T>();
@@ -222,7 +198,7 @@ class ZoneoutCellGradOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({rows, units}), &dh_prev));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({rows, units}), &dc_prev));
     const int64_t n = units, g4 = 4 * units, g5 = 5 * units;
-    ForRows(ctx, rows, units, [&](int64_t row, int64_t count) {
+    ForRows(ctx, rows, /*cost_per_row=*/units * 60, [&](int64_t row, int64_t count) {
       auto state = [&](int input) { return Read<T>(ctx->input(input), row, count, 0, n, n); };
       auto i = Read<T>(activations, row, count, 0, n, g5);
       auto f = Read<T>(activations, row, count, n, n, g5);
