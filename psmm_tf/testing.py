@@ -209,6 +209,14 @@ def compiled(fn):
     return fn
 
 
+def has_cxx_compiler():
+    """Whether the C++ compiler psmm_tf's native kernels build with (`$CXX`, else `g++`) is on
+    the path."""
+    import shutil
+
+    return shutil.which(os.environ.get("CXX", "g++")) is not None
+
+
 def skip_unless_tensorflow(reason="TensorFlow-specific"):
     """Decorator: the test runs only on the TensorFlow backend."""
     import unittest

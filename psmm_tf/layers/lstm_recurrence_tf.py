@@ -55,9 +55,7 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
     low = projected.dtype
     wide = tf.float32 if low in (tf.bfloat16, tf.float16) else low
 
-    if fused_cell is None:
-        fused_cell = native.is_enabled()
-    library = native.runnable() if fused_cell else None
+    library = native.for_trace(fused_cell)
 
     @tf.custom_gradient
     def recurrence(projected, h0, c0, kernel):

@@ -33,15 +33,12 @@ def _plain_recurrence(projected, keep_h, keep_c, h, c, kernel, state_index):
     return tf.stack(all_h), all_h[state_index], all_c[state_index]
 
 
-def _has_compiler():
-    return shutil.which(os.environ.get("CXX", "g++")) is not None
-
 
 def _cell_paths(test):
     """`zoneout_recurrence` with the native cell (where a compiler is present: it must build)
     and with the cell as TensorFlow ops."""
     paths = [("ops", functools.partial(zoneout_recurrence, fused_cell=False))]
-    if _has_compiler():
+    if testing.has_cxx_compiler():
         test.assertIsNotNone(native.library(), "the native cell failed to build")
         paths.append(("native", functools.partial(zoneout_recurrence, fused_cell=True)))
     return paths
@@ -147,7 +144,7 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
                             atol=1e-5)
 
     def test_native_cell_refuses_inputs_of_other_shapes(self):
-        if not _has_compiler():
+        if not testing.has_cxx_compiler():
             self.skipTest("no C++ compiler: the native cell is not built")
         library = native.library()
         state = tf.zeros((B, H))
@@ -221,5 +218,5 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(native_ops(), [])
         with native.enabled():
             self.assertEqual(native_ops(jit_compile=True), [])
-            if _has_compiler():
+            if testing.has_cxx_compiler():
                 self.assertEqual(native_ops(), ["PsmmZoneoutCell", "PsmmZoneoutCellGrad"])

@@ -152,15 +152,16 @@ def vocab_log_prob(vocab_logits, targets):
     Returns:
         float32 `(batch_size, T)`.
     """
-    if keras.backend.backend() == "tensorflow":
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    # On TensorFlow 16-bit logits as they are (the native kernel reads them, the ops path
+    # casts); elsewhere in float32.
+    vocab_logits = (ops.convert_to_tensor(vocab_logits) if on_tensorflow
+                    else _as_tensors(vocab_logits)[0])
+    targets = checked_ids("targets", targets, ops.shape(vocab_logits)[-1])
+    if on_tensorflow:
         from psmm_tf.layers.target_log_softmax_tf import target_log_softmax
 
-        # 16-bit logits as they are: the native kernel reads them (the ops path casts).
-        vocab_logits = ops.convert_to_tensor(vocab_logits)
-        targets = checked_ids("targets", targets, ops.shape(vocab_logits)[-1])
         return target_log_softmax(vocab_logits, targets)
-    (vocab_logits,) = _as_tensors(vocab_logits)  # 16-bit logits in float32
-    targets = checked_ids("targets", targets, ops.shape(vocab_logits)[-1])
     target_logit = ops.take_along_axis(vocab_logits, targets[..., None], axis=-1)[..., 0]
     return target_logit - ops.logsumexp(vocab_logits, axis=-1)
 

@@ -43,9 +43,7 @@ def target_log_softmax(logits, targets, fused=None):
         `(...)` float32 (float64 for float64 logits). Its gradient, in `logits`' dtype, is
         `dy (one_hot(y) - softmax(z))`.
     """
-    if fused is None:
-        fused = native.is_enabled()
-    library = native.runnable() if fused and logits.dtype != tf.float64 else None
+    library = native.for_trace(fused) if logits.dtype != tf.float64 else None
     if library is None:
         logits = tf.cast(logits, tf.float64 if logits.dtype == tf.float64 else tf.float32)
         row_log_prob = _ops_row_log_prob

@@ -1,9 +1,6 @@
 """`target_log_softmax` on TensorFlow, as TensorFlow ops and as the native kernels, against
 `log softmax(z)[y]` and its gradient `dy (one_hot(y) - softmax(z))` in float64 NumPy."""
 
-import os
-import shutil
-
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
@@ -15,14 +12,11 @@ from psmm_tf.layers.target_log_softmax_tf import target_log_softmax
 V = 50
 
 
-def _has_compiler():
-    return shutil.which(os.environ.get("CXX", "g++")) is not None
-
 
 def _paths(test):
     """The ops path, and the native one where a compiler is present (it must build)."""
     paths = [False]
-    if _has_compiler():
+    if testing.has_cxx_compiler():
         test.assertIsNotNone(native.library(), "the native kernels failed to build")
         paths.append(True)
     return paths
@@ -98,7 +92,7 @@ class TargetLogSoftmaxTest(testing.TestCase, parameterized.TestCase):
                 self.assertTrue(np.all(np.isfinite(gradient.numpy()[[0, 2]])))
 
     def test_native_kernels_refuse_bad_inputs_naming_them(self):
-        if not _has_compiler():
+        if not testing.has_cxx_compiler():
             self.skipTest("no C++ compiler: the native kernels are not built")
         library = native.library()
         logits = tf.zeros((3, V))
@@ -138,7 +132,7 @@ class TargetLogSoftmaxTest(testing.TestCase, parameterized.TestCase):
         with native.enabled():
             self.assertEqual(native_ops(logits, jit_compile=True), [])
             self.assertEqual(native_ops(tf.cast(logits, tf.float64)), [])
-            if _has_compiler():
+            if testing.has_cxx_compiler():
                 self.assertEqual(native_ops(logits),
                                  ["PsmmTargetLogSoftmax", "PsmmTargetLogSoftmaxGrad"])
             with native.disabled():

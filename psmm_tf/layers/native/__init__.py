@@ -86,6 +86,14 @@ def _build(tf, compiler, target):
         os.replace(output, target)  # atomic: a concurrent process sees all of it or none
 
 
+def for_trace(use=None):
+    """The library for the graph being traced: `runnable()` where `use` is True, or where it
+    is None (the default) and the trace is inside `enabled()`; else None."""
+    if use is None:
+        use = is_enabled()
+    return runnable() if use else None
+
+
 def runnable():
     """The library where the graph being traced can run its kernels, else None. They are CPU
     kernels: none under XLA (a `jit_compile` function) or with a GPU."""
