@@ -24,6 +24,7 @@ from keras import ops
 
 from psmm_tf.data.spelling import NUM_CHARACTER_IDS
 from psmm_tf.layers.char_cnn import seeded_initializer
+from psmm_tf.layers import locked_dropout
 from psmm_tf.layers.locked_dropout import LockedDropout
 
 # The spelling's padding and begin-marker ids (psmm_tf.data.spelling) are never predicted.
@@ -100,6 +101,8 @@ class CharacterLSTMOutput(keras.layers.Layer):
         self.char_logits = keras.layers.Dense(NUM_CHARACTER_IDS, name="char_logits",
                                               dtype=policy,
                                               kernel_initializer=init("GlorotUniform", 4))
+        # Kept as a layer for its seed generator (saved with the model); it is applied through
+        # locked_dropout.dropout, which masks 16-bit inputs as float32 ones.
         self.hidden_dropout = keras.layers.Dropout(dropout, seed=seed, dtype=policy)
         # Made only when used: a layer saved without them (0.8 and before) loads as it was.
         # Their seeds stay clear of the initialisers' (seed + 0..4): a generator seeded as an
@@ -129,7 +132,9 @@ class CharacterLSTMOutput(keras.layers.Layer):
             `k + 1` given characters `0 .. k` (padding and the begin marker get none of it).
         """
         chars = ops.cast(chars, "int32")
-        z = self.conditioning(self.hidden_dropout(hidden, training=training))
+        if training and self.dropout > 0.0:
+            hidden = locked_dropout.dropout(hidden, self.dropout, self.hidden_dropout.seed_generator)
+        z = self.conditioning(hidden)
         steps = ops.shape(chars)[1] - 1
         embedded = self.char_embedding(chars[:, :-1])
         z = ops.broadcast_to(z[:, None, :], (ops.shape(z)[0], steps, self.units))

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from psmm_tf.layers import locked_dropout
+
 # sigmoid(3) = 0.953: a new gate barely changes the logits it multiplies.
 INITIAL_BIAS = 3.0
 
@@ -70,7 +72,7 @@ class InputOutputGate(keras.layers.Layer):
     def call(self, token_ids, training=False):
         embedded = self.embedding(ops.cast(token_ids, "int32"))
         if training and self.dropout > 0.0:
-            embedded = keras.random.dropout(embedded, self.dropout, seed=self.seed_generator)
+            embedded = locked_dropout.dropout(embedded, self.dropout, self.seed_generator)
         return self.projection(embedded)
 
     def get_config(self):

@@ -6,7 +6,7 @@ import tensorflow as tf
 from keras import ops
 
 from psmm_tf import testing
-from psmm_tf.layers import LockedDropout, ZoneoutLSTM
+from psmm_tf.layers import LockedDropout, ZoneoutLSTM, locked_dropout
 
 
 def _sigmoid(x):
@@ -246,6 +246,30 @@ class LockedDropoutTest(testing.TestCase):
     def test_rejects_bad_rate(self):
         with self.assertRaisesRegex(ValueError, r"rate must be in \[0, 1\)"):
             LockedDropout(1.5)
+
+    def test_sixteen_bit_inputs_drop_the_units_their_float32_twin_drops(self):
+        inputs = self.rng.normal(size=(6, 5, 40)).astype("float32")
+        # The float32 layer's mask and scale, from the same seed.
+        scale = np.asarray(LockedDropout(0.1, seed=7)(np.ones_like(inputs), training=True))
+        for dtype in ("bfloat16", "float16"):
+            narrow = LockedDropout(0.1, seed=7, dtype=f"mixed_{dtype}")(inputs, training=True)
+            self.assertEqual(keras.backend.standardize_dtype(narrow.dtype), dtype)
+            # The (16-bit) input times the float32 scale, rounded once.
+            rounded = np.asarray(ops.cast(ops.cast(inputs, dtype), "float32"))
+            expected = np.asarray(ops.cast(ops.cast(rounded * scale, dtype), "float32"))
+            self.assertAllEqual(np.asarray(ops.cast(narrow, "float32")), expected)
+
+    def test_sixteen_bit_dropout_keeps_the_expectation(self):
+        # keras.random.dropout on a bfloat16 input keeps 0.8986 of the units at rate 0.1 and
+        # scales by 1.109: the mean of ones would be 0.9969, 30 standard errors from 1 here.
+        ones = ops.ones((400, 2500), "bfloat16")
+        for rate in (0.1, 0.3):
+            outputs = np.asarray(ops.cast(locked_dropout.dropout(ones, rate, seed=3), "float32"))
+            standard_error = np.sqrt(rate / (1.0 - rate) / outputs.size)
+            self.assertLess(abs(outputs.mean() - 1.0), 4 * standard_error)
+            kept = (outputs > 0).mean()
+            self.assertLess(abs(kept - (1.0 - rate)),
+                            4 * np.sqrt(rate * (1.0 - rate) / outputs.size))
 
 
 if __name__ == "__main__":
