@@ -3,6 +3,7 @@
 from psmm_tf.layers.char_cnn import CharacterEmbedding
 from psmm_tf.layers.char_lstm_output import CharacterLSTMOutput
 from psmm_tf.layers.cnn_softmax import CNNSoftmax
+from psmm_tf.layers.dense import Dense
 from psmm_tf.layers.input_output_gate import InputOutputGate
 from psmm_tf.layers.locked_dropout import LockedDropout
 from psmm_tf.layers.mixture import (
@@ -23,6 +24,7 @@ __all__ = [
     "CNNSoftmax",
     "CharacterEmbedding",
     "CharacterLSTMOutput",
+    "Dense",
     "SampledSoftmax",
     "InputOutputGate",
     "LockedDropout",

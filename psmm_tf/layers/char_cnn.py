@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from psmm_tf.data.spelling import NUM_CHARACTER_IDS, word_characters
+from psmm_tf.layers.dense import Dense
 from psmm_tf.layers.mixture import checked_ids
 
 DEFAULT_FILTERS = ((1, 32), (2, 64), (3, 128), (4, 128), (5, 128))
@@ -60,13 +61,13 @@ class CharacterCNN:
                 count, width, activation="tanh", name=f"conv_{width}", dtype=policy,
                 kernel_initializer=init("GlorotUniform", 1 + i)))
         width = sum(count for _, count in self.filters)
-        self.highway_transform = keras.layers.Dense(
+        self.highway_transform = Dense(
             width, activation="relu", name="highway", dtype=policy,
             kernel_initializer=init("GlorotUniform", 20))
-        self.highway_gate = keras.layers.Dense(
+        self.highway_gate = Dense(
             width, activation="sigmoid", name="highway_gate", dtype=policy,
             kernel_initializer=init("GlorotUniform", 21))
-        self.projection = keras.layers.Dense(
+        self.projection = Dense(
             output_dim, use_bias=False, name="projection", dtype=policy,
             kernel_initializer=init("GlorotUniform", 22))
 

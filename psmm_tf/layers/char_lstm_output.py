@@ -25,6 +25,7 @@ from keras import ops
 from psmm_tf.data.spelling import NUM_CHARACTER_IDS
 from psmm_tf.layers.char_cnn import seeded_initializer
 from psmm_tf.layers import locked_dropout
+from psmm_tf.layers.dense import Dense
 from psmm_tf.layers.locked_dropout import LockedDropout
 
 # The spelling's padding and begin-marker ids (psmm_tf.data.spelling) are never predicted.
@@ -93,12 +94,12 @@ class CharacterLSTMOutput(keras.layers.Layer):
         self.char_embedding = keras.layers.Embedding(
             NUM_CHARACTER_IDS, char_embedding_dim, name="char_embedding", dtype=policy,
             embeddings_initializer=init("RandomUniform", 0))
-        self.conditioning = keras.layers.Dense(units, name="conditioning", dtype=policy,
+        self.conditioning = Dense(units, name="conditioning", dtype=policy,
                                                kernel_initializer=init("GlorotUniform", 1))
         self.lstm = keras.layers.LSTM(units, return_sequences=True, name="char_lstm",
                                       dtype=policy, kernel_initializer=init("GlorotUniform", 2),
                                       recurrent_initializer=init("Orthogonal", 3))
-        self.char_logits = keras.layers.Dense(NUM_CHARACTER_IDS, name="char_logits",
+        self.char_logits = Dense(NUM_CHARACTER_IDS, name="char_logits",
                                               dtype=policy,
                                               kernel_initializer=init("GlorotUniform", 4))
         # Kept as a layer for its seed generator (saved with the model); it is applied through

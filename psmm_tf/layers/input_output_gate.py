@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from psmm_tf.layers import locked_dropout
+from psmm_tf.layers.dense import Dense
 
 # sigmoid(3) = 0.953: a new gate barely changes the logits it multiplies.
 INITIAL_BIAS = 3.0
@@ -58,7 +59,7 @@ class InputOutputGate(keras.layers.Layer):
         self.embedding = keras.layers.Embedding(vocab_size, embedding_dim, name="embedding",
                                                 dtype=self.dtype_policy)
         self.seed_generator = keras.random.SeedGenerator(seed)
-        self.projection = keras.layers.Dense(
+        self.projection = Dense(
             vocab_size, activation="sigmoid", name="projection", dtype=self.dtype_policy,
             kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
             bias_initializer=keras.initializers.Constant(INITIAL_BIAS),

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from psmm_tf.layers.dense import Dense
 from psmm_tf.layers.mixture import checked_ids
 
 _NEGATIVE = -1e30
@@ -61,7 +62,7 @@ def sampled_target_log_prob(target_logits, sampled_logits, targets, sampled_ids,
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
-class SampledSoftmax(keras.layers.Dense):
+class SampledSoftmax(Dense):
     """A vocabulary softmax layer trained on a sample of the vocabulary, evaluated in full.
 
     The weights are those of a `Dense(vocab_size)` layer (kernel `(D, V)`, bias `(V,)`), so a model

@@ -7,6 +7,7 @@ from keras import ops
 from psmm_tf.configs import SOFTMAX_KINDS
 from psmm_tf.layers import (
     CNNSoftmax,
+    Dense,
     LockedDropout,
     SampledSoftmax,
     mixture_distribution,
@@ -481,8 +482,7 @@ def _vocab_head(softmax, vocab_size, hidden_dim, num_sampled, max_word_length, s
         return CNNSoftmax(vocab_size, hidden_dim, num_sampled=num_sampled,
                           max_word_length=max_word_length, seed=seed, name="vocab_head",
                           dtype=dtype)
-    return keras.layers.Dense(vocab_size, kernel_initializer=initializer, name="vocab_head",
-                              dtype=dtype)
+    return Dense(vocab_size, kernel_initializer=initializer, name="vocab_head", dtype=dtype)
 
 
 def _last_keys_of_each_row(keys, token_mask, size):

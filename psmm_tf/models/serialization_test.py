@@ -11,6 +11,7 @@ from psmm_tf.layers import (
     CharacterEmbedding,
     CharacterLSTMOutput,
     CNNSoftmax,
+    Dense,
     InputOutputGate,
     LockedDropout,
     PointerSentinel,
@@ -41,6 +42,7 @@ def _backbone():
 INSTANCES = {
     "ZoneoutLSTM": lambda: ZoneoutLSTM(8, zoneout=0.1, seed=1),
     "LockedDropout": lambda: LockedDropout(0.3, seed=2),
+    "Dense": lambda: Dense(4, activation="tanh"),
     "PointerSentinel": lambda: PointerSentinel(5, initial_gate=0.6),
     "PointerSoftmax": lambda: PointerSoftmax(5, switch_units=4),
     "SampledSoftmax": lambda: SampledSoftmax(len(WORDS), num_sampled=3, seed=1),

@@ -1,0 +1,86 @@
+"""Tests of Dense: Keras' outputs, and a bias gradient summed at float32 precision."""
+
+import os
+import tempfile
+import unittest
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from psmm_tf import testing
+from psmm_tf.layers import Dense
+
+
+def _bias_gradient(layer, inputs, output_gradient):
+    """d(sum(outputs * output_gradient)) / d bias, on any backend."""
+    if keras.backend.backend() == "tensorflow":
+        with tf.GradientTape() as tape:
+            outputs = layer(inputs)
+            objective = tf.reduce_sum(tf.cast(outputs, tf.float32) * output_gradient)
+        return np.asarray(tape.gradient(objective, layer.bias), np.float64)
+    if keras.backend.backend() == "jax":
+        import jax
+
+        def objective(bias):
+            outputs, _ = layer.stateless_call([layer.kernel.value, bias], [], inputs)
+            return (outputs.astype("float32") * output_gradient).sum()
+
+        return np.asarray(jax.grad(objective)(layer.bias.value), np.float64)
+    raise unittest.SkipTest("TensorFlow and JAX only")
+
+
+class DenseTest(testing.TestCase):
+
+    def _pair(self, dtype, activation=None):
+        ours = Dense(6, activation=activation, dtype=dtype)
+        theirs = keras.layers.Dense(6, activation=activation, dtype=dtype)
+        ours.build((None, 5))
+        theirs.build((None, 5))
+        ours.set_weights([self.rng.normal(size=(5, 6)), self.rng.normal(size=(6,))])
+        theirs.set_weights(ours.get_weights())
+        return ours, theirs
+
+    def test_outputs_are_keras_dense_outputs(self):
+        inputs = self.rng.normal(size=(3, 4, 5)).astype("float32")
+        for dtype in ("float32", "mixed_bfloat16", "mixed_float16"):
+            for activation in (None, "sigmoid"):
+                ours, theirs = self._pair(dtype, activation)
+                got, want = ours(inputs), theirs(inputs)
+                self.assertEqual(keras.backend.standardize_dtype(got.dtype),
+                                 keras.backend.standardize_dtype(want.dtype))
+                self.assertAllClose(ops.cast(got, "float32"), ops.cast(want, "float32"),
+                                    rtol=1e-6, atol=1e-6)
+
+    def test_bfloat16_bias_gradient_is_the_float_sum_of_the_rows(self):
+        # 700 rows, the shape of a medium batch's logits: a column of -0.5 (a frequent
+        # target) sums to -350; Keras' bias_add gradient on TensorFlow gives -128 (it sums in
+        # bfloat16), and 4e-5-sized terms lost 11% of their sum.
+        output_gradient = self.rng.random((700, 40)).astype("float32") * 2e-4
+        output_gradient[:, 0] -= 0.5
+        # The gradient reaching the bias is the bfloat16 rounding of output_gradient.
+        rounded = np.asarray(ops.cast(ops.cast(output_gradient, "bfloat16"), "float32"))
+        want = rounded.astype(np.float64).sum(axis=0)
+        layer = Dense(40, dtype="mixed_bfloat16")
+        layer.build((None, 8))
+        inputs = self.rng.normal(size=(700, 8)).astype("float32")
+        got = _bias_gradient(layer, inputs, rounded)
+        self.assertAllClose(got[0], -350.0, rtol=2 ** -8)
+        # One bfloat16 rounding of the float sum (relative 2^-9), and no more.
+        self.assertAllClose(got, want, rtol=2 ** -8, atol=0.0)
+
+    def test_saves_and_loads_in_a_keras_model(self):
+        inputs = keras.Input((5,))
+        model = keras.Model(inputs, Dense(3, activation="tanh", name="head")(inputs))
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "model.keras")
+            model.save(path)
+            loaded = keras.models.load_model(path)
+        self.assertIsInstance(loaded.get_layer("head"), Dense)
+        x = self.rng.normal(size=(2, 5)).astype("float32")
+        self.assertAllClose(loaded(x), model(x))
+
+
+if __name__ == "__main__":
+    tf.test.main()
