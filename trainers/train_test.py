@@ -266,7 +266,8 @@ class CharOutputFlagsTest(tf.test.TestCase):
             config = self._config("--char_output_on=/runs/base")
         self.assertEqual((config.units, config.learning_rate, config.batch_size,
                           config.words_per_update, config.shuffle_words, config.char_dropout),
-                         (256, 3e-3, None, 128, 200_000, 0.0))  # the library's; the base run's batch
+                         # The library's defaults; the batch is the base run's.
+                         (256, 3e-3, None, 128, 200_000, 0.0))
         with flagsaver.flagsaver():
             config = self._config("--char_output_on=/runs/base",
                                   "--char_output_words_per_update=64",

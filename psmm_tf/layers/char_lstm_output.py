@@ -23,8 +23,8 @@ import keras
 from keras import ops
 
 from psmm_tf.data.spelling import NUM_CHARACTER_IDS
-from psmm_tf.layers.char_cnn import seeded_initializer
 from psmm_tf.layers import locked_dropout
+from psmm_tf.layers.char_cnn import seeded_initializer
 from psmm_tf.layers.dense import Dense
 from psmm_tf.layers.locked_dropout import LockedDropout
 
@@ -95,13 +95,12 @@ class CharacterLSTMOutput(keras.layers.Layer):
             NUM_CHARACTER_IDS, char_embedding_dim, name="char_embedding", dtype=policy,
             embeddings_initializer=init("RandomUniform", 0))
         self.conditioning = Dense(units, name="conditioning", dtype=policy,
-                                               kernel_initializer=init("GlorotUniform", 1))
+                                  kernel_initializer=init("GlorotUniform", 1))
         self.lstm = keras.layers.LSTM(units, return_sequences=True, name="char_lstm",
                                       dtype=policy, kernel_initializer=init("GlorotUniform", 2),
                                       recurrent_initializer=init("Orthogonal", 3))
-        self.char_logits = Dense(NUM_CHARACTER_IDS, name="char_logits",
-                                              dtype=policy,
-                                              kernel_initializer=init("GlorotUniform", 4))
+        self.char_logits = Dense(NUM_CHARACTER_IDS, name="char_logits", dtype=policy,
+                                 kernel_initializer=init("GlorotUniform", 4))
         # Kept as a layer for its seed generator (saved with the model); it is applied through
         # locked_dropout.dropout, which masks 16-bit inputs as float32 ones.
         self.hidden_dropout = keras.layers.Dropout(dropout, seed=seed, dtype=policy)
@@ -134,7 +133,8 @@ class CharacterLSTMOutput(keras.layers.Layer):
         """
         chars = ops.cast(chars, "int32")
         if training and self.dropout > 0.0:
-            hidden = locked_dropout.dropout(hidden, self.dropout, self.hidden_dropout.seed_generator)
+            hidden = locked_dropout.dropout(hidden, self.dropout,
+                                            self.hidden_dropout.seed_generator)
         z = self.conditioning(hidden)
         steps = ops.shape(chars)[1] - 1
         embedded = self.char_embedding(chars[:, :-1])

@@ -177,14 +177,14 @@ class ZoneoutLSTMTest(testing.TestCase):
         mask = np.ones((3, 7), bool)
         mask[1, :2] = False
         weights = self.rng.normal(size=(3, 7, 4)).astype("float32")
-        results = []
+        results, first_weights = [], None
         for unroll in (1, 3):
             layer = ZoneoutLSTM(4, zoneout=0.3, seed=3, scan_unroll=unroll)
             layer.build(inputs.shape)
-            if results:
-                layer.set_weights(first_weights)
-            else:
+            if first_weights is None:
                 first_weights = layer.get_weights()
+            else:
+                layer.set_weights(first_weights)
             results.append(_outputs_and_gradients(layer, inputs, mask, weights))
         for one_step, unrolled in zip(*results, strict=True):
             self.assertAllClose(one_step, unrolled, atol=1e-6)
