@@ -210,11 +210,13 @@ def compiled(fn):
 
 
 def has_cxx_compiler():
-    """Whether the C++ compiler psmm_tf's native kernels build with (`$CXX`, else `g++`) is on
-    the path."""
+    """Whether the C++ compiler psmm_tf's native kernels build with (`native.compiler()`) is
+    on the path."""
     import shutil
 
-    return shutil.which(os.environ.get("CXX", "g++")) is not None
+    from psmm_tf.layers import native
+
+    return shutil.which(native.compiler()) is not None
 
 
 def skip_unless_tensorflow(reason="TensorFlow-specific"):

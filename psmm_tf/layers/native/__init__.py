@@ -72,18 +72,23 @@ def _cpu_signature():
     return "\n".join(sorted(set(keep)))
 
 
-def _build(tf, compiler, target):
-    """Compiles SOURCES with `compiler` into `target` (written whole or not at all)."""
+def _build(tf, cxx, target):
+    """Compiles SOURCES with the compiler `cxx` into `target` (written whole or not at all)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         output = pathlib.Path(scratch) / target.name
-        command = ([compiler, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w",
+        command = ([cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w",
                     *map(str, SOURCES), "-o", str(output)]
                    + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"{shlex.join(command)} failed:\n{result.stderr[-2000:]}")
         os.replace(output, target)  # atomic: a concurrent process sees all of it or none
+
+
+def compiler():
+    """The C++ compiler the kernels build with: `$CXX`, else `g++`."""
+    return os.environ.get("CXX", "g++")
 
 
 def for_trace(use=None):
@@ -127,16 +132,16 @@ def library():
         return None
     import tensorflow as tf
 
-    compiler = os.environ.get("CXX", "g++")
+    cxx = compiler()
     try:
         texts = [path.read_text() for path in SOURCES + HEADERS]
         key = hashlib.sha256("\n".join([*texts, tf.__version__, _cpu_signature(),
-                                        compiler]).encode()).hexdigest()
+                                        cxx]).encode()).hexdigest()
         cache = pathlib.Path(os.environ.get("PSMM_TF_CACHE",
                                             pathlib.Path.home() / ".cache" / "psmm_tf"))
         target = cache / f"psmm_tf_kernels-{key[:16]}.so"
         if not target.exists():
-            _build(tf, compiler, target)
+            _build(tf, cxx, target)
         return tf.load_op_library(str(target))
     except (OSError, RuntimeError, tf.errors.OpError) as error:
         logging.getLogger("psmm_tf").warning(
