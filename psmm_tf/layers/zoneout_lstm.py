@@ -135,12 +135,7 @@ class ZoneoutLSTM(keras.layers.Layer):
         # the 4H-wide projection, and the zoneout masks are drawn time-major.
         inputs = ops.transpose(inputs, (1, 0, 2))
         projected = ops.matmul(inputs, self.kernel) + self.bias  # [T, B, 4H], hoisted
-        keep_h, keep_c = self._zoneout_keep(num_steps, batch_size, training)
-        if step_mask is not None:
-            # Positions that do not exist (valid == 0) keep the whole state.
-            valid = ops.transpose(ops.cast(step_mask, projected.dtype))[..., None]
-            keep_h = 1.0 - valid * (1.0 - keep_h)
-            keep_c = 1.0 - valid * (1.0 - keep_c)
+        keep_h, keep_c = self._zoneout_keep(num_steps, batch_size, training, step_mask)
         state = tuple(ops.cast(s, projected.dtype) for s in initial_state)
         index = -1 if state_index is None else state_index
         # Read (and, under a mixed policy, cast) once per call, not once per step.
@@ -182,19 +177,31 @@ class ZoneoutLSTM(keras.layers.Layer):
         all_h = ops.cast(all_h, low)
         return ops.transpose(all_h, (1, 0, 2)), (all_h[index], ops.cast(all_c[index], low))
 
-    def _zoneout_keep(self, num_steps, batch_size, training):
+    def _zoneout_keep(self, num_steps, batch_size, training, step_mask=None):
         """Per-unit weights of the previous state: `(T, B, H)` each for h and c (time-major:
-        the order the recurrence reads them in, so no transpose)."""
+        the order the recurrence reads them in, so no transpose). Positions where `step_mask`
+        `(B, T)` is 0 (no token) keep the whole state: weight 1.
+
+        In training the weights are 0 or 1: a drawn keep or a missing position is a logical
+        "or", cast once (the arithmetic `1 - valid (1 - keep)` took three passes over the
+        `(T, B, H)` masks before the first step of the recurrence, each 1-4 ms at `medium`
+        in bfloat16 on CPU; docs/results.md, "The machine's limit")."""
         shape = (num_steps, batch_size, self.units)
+        missing = None
+        if step_mask is not None:
+            missing = ops.logical_not(ops.cast(ops.transpose(step_mask), "bool"))[..., None]
         if training and self.zoneout > 0.0:
             if keras.backend.backend() == "tensorflow":
-                keep = _bernoulli_from_16_bits((2,) + shape, self.zoneout, self.seed_generator,
-                                               self.compute_dtype)
+                kept = _bernoulli_from_16_bits((2,) + shape, self.zoneout, self.seed_generator)
             else:
-                draws = keras.random.uniform((2,) + shape, seed=self.seed_generator)
-                keep = ops.cast(draws < self.zoneout, self.compute_dtype)
+                kept = keras.random.uniform((2,) + shape, seed=self.seed_generator) < self.zoneout
+            if missing is not None:
+                kept = ops.logical_or(kept, missing[None])
+            keep = ops.cast(kept, self.compute_dtype)
             return keep[0], keep[1]
         keep = ops.full(shape, self.zoneout, dtype=self.compute_dtype)
+        if missing is not None:
+            keep = ops.where(missing, ops.ones((), self.compute_dtype), keep)
         return keep, keep
 
     def get_config(self):
@@ -213,10 +220,10 @@ class ZoneoutLSTM(keras.layers.Layer):
         return config
 
 
-def _bernoulli_from_16_bits(shape, probability, seed_generator, dtype):
-    """1 with `probability` (to the nearest multiple of 2^-16, at least 2^-16), else 0, drawn
-    on TensorFlow from 16 random bits a number: each 32-bit draw of the stateless generator
-    gives two, half the generator's work of a float draw a number (a medium layer's
+def _bernoulli_from_16_bits(shape, probability, seed_generator):
+    """True with `probability` (to the nearest multiple of 2^-16, at least 2^-16), else
+    False, drawn on TensorFlow from 16 random bits a number: each 32-bit draw of the stateless
+    generator gives two, half the generator's work of a float draw a number (a medium layer's
     `(2, 35, 20, 650)` masks: 3.0 against 5.2 ms; docs/results.md, "The machine's limit")."""
     import tensorflow as tf
 
@@ -225,6 +232,9 @@ def _bernoulli_from_16_bits(shape, probability, seed_generator, dtype):
     seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
     words = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
                                         dtype=tf.uint32)
-    halves = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]
+    halves = tf.reshape(tf.bitcast(words, tf.uint16), [-1])
+    static_size = tf.get_static_value(size)
+    if static_size is None or static_size % 2:  # an odd count: one half more than asked for
+        halves = halves[:size]
     threshold = max(1, min(65535, round(probability * 65536)))
-    return tf.cast(tf.reshape(halves < threshold, shape), dtype)
+    return tf.reshape(halves < threshold, shape)

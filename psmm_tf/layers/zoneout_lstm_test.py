@@ -88,6 +88,24 @@ class ZoneoutLSTMTest(testing.TestCase):
         self.assertLess(float(np.mean(ops.convert_to_numpy(
             tiny._zoneout_keep(60, 20, True)[0]))), 1e-3)
 
+    def test_missing_positions_keep_every_unit_in_training_and_inference(self):
+        # Two layers of one seed draw the same masks; where step_mask is 0, the weight of the
+        # previous state is 1, elsewhere the draw (training) or the zoneout rate (inference).
+        step_mask = np.ones((4, 6), bool)
+        step_mask[1, :3] = False
+        step_mask[3, 5] = False
+        missing = ~step_mask.T[:, :, None]  # (T, B, 1)
+        plain = ZoneoutLSTM(8, zoneout=0.3, seed=5)._zoneout_keep(6, 4, True)
+        masked = ZoneoutLSTM(8, zoneout=0.3, seed=5)._zoneout_keep(6, 4, True, step_mask)
+        for drawn, kept in zip(plain, masked, strict=True):
+            drawn, kept = ops.convert_to_numpy(drawn), ops.convert_to_numpy(kept)
+            self.assertEqual(kept.shape, (6, 4, 8))
+            self.assertAllEqual(kept, np.where(missing, 1.0, drawn))
+            self.assertGreater(np.mean(drawn == 0), 0.4)  # the draws do vary
+        for kept in ZoneoutLSTM(8, zoneout=0.3)._zoneout_keep(6, 4, False, step_mask):
+            self.assertAllClose(ops.convert_to_numpy(kept),
+                                np.broadcast_to(np.where(missing, 1.0, 0.3), (6, 4, 8)))
+
     def test_masked_steps_keep_the_state(self):
         layer, inputs = self._layer_and_inputs()
         mask = np.ones((3, 6), bool)
