@@ -7,6 +7,9 @@ from keras import ops
 
 from psmm_tf.layers.char_cnn import CharacterEmbedding
 
+# The gradient dtypes `psmm_tf/layers/native/sgd_update.cc` reads.
+NATIVE_NORM_DTYPES = ("bfloat16", "float16", "float32")
+
 
 def _indices_of(model, layer):
     ids = {id(v) for v in layer.trainable_variables}
@@ -51,27 +54,39 @@ def clip_groups(model, pointer_clip_norm=None, char_cnn_clip_norm=None):
 
 
 def squared_norm(x):
-    """`sum(x^2)` of one tensor, a scalar in its dtype.
+    """`sum(x^2)` of one tensor: a float32 scalar for float32 and 16-bit `x` (16-bit
+    gradients are summed in float32), else a scalar in `x`'s dtype.
 
     On TensorFlow, `2 l2_loss(x)`: one pass that never writes `x^2` out. `sum(square(x))` ran
     2.1 times as long on a `(650, 10000)` float32 gradient on CPU (3.39 against 1.58 ms;
-    docs/results.md, "The machine's limit"). XLA (JAX) fuses the two already.
+    docs/results.md, "The machine's limit"). Inside `psmm_tf.layers.native.enabled()` (the
+    training steps) it is one native pass that reads 16-bit `x` in its own dtype
+    (`psmm_tf/layers/native/sgd_update.cc`). XLA (JAX) fuses the two already.
     """
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
+        from psmm_tf.layers import native
+
+        library = native.for_trace() if x.dtype in NATIVE_NORM_DTYPES else None
+        if library is not None:
+            return library.psmm_squared_norm(x)
+        if x.dtype in (tf.bfloat16, tf.float16):
+            x = tf.cast(x, tf.float32)
         return 2.0 * tf.nn.l2_loss(x)
+    if keras.backend.standardize_dtype(x.dtype) in ("bfloat16", "float16"):
+        x = ops.cast(x, "float32")
     return ops.sum(ops.square(x))
 
 
-def clip_gradients(grads, clip_norm, groups=(), loss_scale=1.0):
-    """Clips `grads` by their global norm, each of `groups` by its own.
+def clip_scales(grads, clip_norm, groups=(), loss_scale=1.0):
+    """The factor each gradient is clipped by: `limit / max(norm, limit)` of its group.
 
-    Each group is scaled as `tf.clip_by_global_norm` does, `g * limit / max(norm, limit)`, so
-    a non-finite norm leaves the group non-finite (a loss-scaled step then skips the update).
+    Each group is scaled as `tf.clip_by_global_norm` does, so a non-finite norm makes the
+    group's factor non-finite (a loss-scaled step then skips the update).
 
     Args:
-        grads: list of dense gradient tensors.
+        grads: list of dense gradient tensors (16-bit ones are summed in float32).
         clip_norm: float (or scalar tensor). Limit of the global norm of the gradients in no
             group.
         groups: `(indices, limit)` pairs (`clip_groups`): the gradients at `indices` are
@@ -81,12 +96,13 @@ def clip_gradients(grads, clip_norm, groups=(), loss_scale=1.0):
             alike, so the true gradients are clipped.
 
     Returns:
-        `(clipped, norm)`: the clipped list and the global norm of all of the true gradients
-        before clipping.
+        `(scales, norm)`: one scalar per gradient (float32 for float32 and 16-bit
+        gradients), and the global norm of all of the
+        true gradients before clipping.
     """
     grouped = {i for indices, _ in groups for i in indices}
     rest = [i for i in range(len(grads)) if i not in grouped]
-    clipped, squares = list(grads), []
+    scales, squares = [None] * len(grads), []
     for group, limit in [(rest, clip_norm)] + [(sorted(i), limit) for i, limit in groups]:
         if not group:
             continue
@@ -95,5 +111,17 @@ def clip_gradients(grads, clip_norm, groups=(), loss_scale=1.0):
         squares.append(square)
         scale = limit / ops.maximum(ops.sqrt(square), limit)
         for i in group:
-            clipped[i] = grads[i] * ops.cast(scale, grads[i].dtype)
-    return clipped, ops.sqrt(sum(squares)) / loss_scale
+            scales[i] = scale
+    return scales, ops.sqrt(sum(squares)) / loss_scale
+
+
+def clip_gradients(grads, clip_norm, groups=(), loss_scale=1.0):
+    """Clips `grads` by their global norm, each of `groups` by its own (`clip_scales`, whose
+    arguments these are).
+
+    Returns:
+        `(clipped, norm)`: the clipped list (each in its gradient's dtype) and the global norm
+        of all of the true gradients before clipping.
+    """
+    scales, norm = clip_scales(grads, clip_norm, groups, loss_scale)
+    return [g * ops.cast(scale, g.dtype) for g, scale in zip(grads, scales, strict=True)], norm

@@ -5,7 +5,9 @@ term when its weight is set) is summed over the T predicted positions of a windo
 averaged over the B streams of the global batch; N replicas with B / N rows each compute the
 gradient one device with B rows would. The gradients are clipped by `clip_gradients` (the
 pointer's own variables apart when `pointer_clip_norm` is set, a character-CNN input embedding's
-when `char_cnn_clip_norm` is) and applied once. Why this
+when `char_cnn_clip_norm` is) and applied once: with a plain Keras SGD on one device as
+`psmm_tf.training.sgd_update` does it (the clip scale folded into the update, 16-bit gradients
+read as they are), else by the optimizer. Why this
 objective and these clips: docs/design_notes.md, "Objective: sum over a window's targets".
 """
 
@@ -13,10 +15,10 @@ import keras
 import tensorflow as tf
 
 from psmm_tf.configs import TrainConfig
-from psmm_tf.gradients import clip_gradients, clip_groups, pointer_variable_indices
+from psmm_tf.gradients import clip_gradients, clip_groups, clip_scales, pointer_variable_indices
 from psmm_tf.layers import native
 from psmm_tf.losses import per_target_losses, window_sums
-from psmm_tf.training import distribution
+from psmm_tf.training import distribution, sgd_update
 
 METRIC_KEYS = ("loss", "nll", "pointer_loss", "gate", "weight")
 __all__ = ["METRIC_KEYS", "TrainStep", "clip_gradients", "loss_scale", "per_target_losses",
@@ -98,6 +100,7 @@ class TrainStep:
         self.char_cnn_clip_norm = char_cnn_clip_norm
         self.pointer_weight = pointer_weight
         self.clip_groups = clip_groups(model, pointer_clip_norm, char_cnn_clip_norm)
+        self.plain_sgd = sgd_update.supports(optimizer, model.trainable_variables)
         if not optimizer.built:  # its variables (a loss scale's too) exist before the first step
             with strategy.scope():
                 optimizer.build(model.trainable_variables)
@@ -145,6 +148,13 @@ class TrainStep:
         normalizer = tf.constant(float(self.global_batch_size))
         grads, sums, state, memory = self._forward_backward(local, state, memory, normalizer,
                                                             pointer_share)
+        if self.plain_sgd and not tf.distribute.has_strategy():  # one device, the default
+            scales, grad_norm = clip_scales(grads, self.clip_norm, self.clip_groups)
+            sgd_update.apply(self.optimizer, grads, self.model.trainable_variables, scales)
+            return sums, grad_norm, state, memory
+        # Float32 gradients from here: the replicas sum them in float32 (exact widening).
+        grads = [tf.cast(g, tf.float32) if g.dtype in sgd_update.SIXTEEN_BIT else g
+                 for g in grads]
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
         # Under loss scaling the optimizer unscales the clipped gradients.
@@ -173,5 +183,7 @@ class TrainStep:
         grads = tape.gradient(loss, self.model.trainable_variables)
         # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and scaling.
         grads = [tf.convert_to_tensor(g) for g in grads]
+        if self.plain_sgd:  # 16-bit gradients as computed (see _replica_step)
+            grads = [sgd_update.unwidened(g) for g in grads]
         new_memory = outputs["memory"] if self.use_memory else None
         return grads, sums, outputs["state"], new_memory

@@ -1,9 +1,12 @@
 """Native TensorFlow kernels of psmm_tf, compiled on first use.
 
-Two sources, one library, CPU kernels forward and backward:
-- `zoneout_cell.cc`: one step of the zoneout LSTM cell (`lstm_recurrence_tf` uses it);
+Three sources, one library, CPU kernels:
+- `zoneout_cell.cc`: one step of the zoneout LSTM cell, forward and backward
+  (`lstm_recurrence_tf` uses it);
 - `target_log_softmax.cc`: the target's log-probability of the vocabulary softmax, on 16-bit
-  or float32 logits (`target_log_softmax_tf` uses it);
+  or float32 logits, forward and backward (`target_log_softmax_tf` uses it);
+- `sgd_update.cc`: a gradient's squared norm and the SGD update `w - alpha g`, reading a 16-bit
+  or float32 gradient in its own dtype (`psmm_tf.training.sgd_update` uses them);
 and `kernel_util.h`, what they share.
 A graph that holds them runs only where their library is loaded, which a SavedModel for TF
 Serving must not need: so they are used only in graphs traced inside `enabled()`, which the
@@ -28,7 +31,7 @@ import subprocess
 import tempfile
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(name)
-                for name in ("zoneout_cell.cc", "target_log_softmax.cc"))
+                for name in ("zoneout_cell.cc", "target_log_softmax.cc", "sgd_update.cc"))
 HEADERS = (pathlib.Path(__file__).with_name("kernel_util.h"),)
 
 # Module-wide, not per thread: tf.distribute traces its replicas in threads of their own.
@@ -118,7 +121,8 @@ def runnable():
 @functools.cache
 def library():
     """The op library (`psmm_zoneout_cell`, `psmm_zoneout_cell_grad`,
-    `psmm_target_log_softmax`, `psmm_target_log_softmax_grad`), or None where it is turned
+    `psmm_target_log_softmax`, `psmm_target_log_softmax_grad`, `psmm_squared_norm`,
+    `psmm_resource_scaled_subtract`), or None where it is turned
     off or cannot be built (logged once, with the reason).
 
     Raises:
@@ -145,6 +149,7 @@ def library():
         return tf.load_op_library(str(target))
     except (OSError, RuntimeError, tf.errors.OpError) as error:
         logging.getLogger("psmm_tf").warning(
-            "psmm_tf's native kernels are unavailable (%s); the LSTM cell and the softmax's "
-            "loss run as TensorFlow ops (the same equations, slower on CPU).", error)
+            "psmm_tf's native kernels are unavailable (%s); the LSTM cell, the softmax's "
+            "loss and the SGD update run as TensorFlow ops (the same equations, slower on "
+            "CPU).", error)
         return None

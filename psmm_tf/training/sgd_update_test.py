@@ -1,0 +1,148 @@
+"""The clipped SGD update of `sgd_update`: its native kernels against NumPy, and the training
+step that uses it against Keras' SGD on the clipped gradients."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from psmm_tf.configs import ModelConfig
+from psmm_tf.layers import native
+from psmm_tf.models import build_model
+from psmm_tf.training import sgd_update
+from psmm_tf.training.steps import TrainStep
+
+B, T, V = 3, 5, 17
+
+
+def _library(test):
+    library = native.library()
+    if library is None:
+        test.skipTest("the native kernels do not build here")
+    return library
+
+
+class NativeKernelsTest(tf.test.TestCase):
+    def test_squared_norm_is_the_float_sum_of_squares_in_each_dtype(self):
+        library = _library(self)
+        values = np.random.default_rng(0).normal(size=(301, 97)).astype(np.float32) * 3
+        for dtype in (tf.float32, tf.bfloat16, tf.float16):
+            x = tf.cast(values, dtype)
+            exact = np.sum(np.square(tf.cast(x, tf.float64).numpy()))
+            self.assertAllClose(float(library.psmm_squared_norm(x)), exact, rtol=1e-6)
+        self.assertEqual(float(library.psmm_squared_norm(tf.zeros([0, 3]))), 0.0)
+
+    def test_scaled_subtract_updates_the_variable_and_spares_a_held_read(self):
+        library = _library(self)
+        rng = np.random.default_rng(1)
+        weights = rng.normal(size=(40000,)).astype(np.float32)  # several blocks of 2^14
+        delta = rng.normal(size=(40000,)).astype(np.float32)
+        for dtype in (tf.float32, tf.bfloat16, tf.float16):
+            variable = tf.Variable(weights)
+            held = variable.read_value()  # this read must keep the value it read
+            low = tf.cast(delta, dtype)
+            library.psmm_resource_scaled_subtract(variable.handle, low, tf.constant(0.25))
+            widened = tf.cast(low, tf.float32).numpy()
+            expected = weights - np.float32(0.25) * widened
+            self.assertAllClose(variable.numpy(), expected, rtol=0, atol=1e-6)
+            self.assertAllEqual(held.numpy(), weights)
+            del held  # no read left: the update is in place, and the same
+            library.psmm_resource_scaled_subtract(variable.handle, low, tf.constant(-0.5))
+            self.assertAllClose(variable.numpy(), expected + np.float32(0.5) * widened,
+                                rtol=0, atol=1e-6)
+
+    def test_scaled_subtract_refuses_other_shapes_and_leaves_the_variable(self):
+        library = _library(self)
+        variable = tf.Variable(tf.ones([3, 4]))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "one shape"):
+            library.psmm_resource_scaled_subtract(variable.handle, tf.ones([4, 3]),
+                                                  tf.constant(1.0))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "alpha must be a scalar"):
+            library.psmm_resource_scaled_subtract(variable.handle, tf.ones([3, 4]),
+                                                  tf.ones([2]))
+        self.assertAllEqual(variable.numpy(), np.ones([3, 4]))
+
+
+def _model(kind, policy):
+    config = ModelConfig(kind=kind, vocab_size=V, embedding_dim=6, hidden_dim=6, num_layers=2,
+                         window_size=4, input_dropout=0.2, hidden_dropout=0.2,
+                         output_dropout=0.2, zoneout=0.1, seed=3)
+    model = build_model(config, dtype=policy)
+    model(tf.zeros([B, T], tf.int32))
+    return model
+
+
+def _batch(seed):
+    rng = np.random.default_rng(seed)
+    return {"token_ids": tf.constant(rng.integers(0, V, [B, T]), tf.int32),
+            "token_mask": tf.ones([B, T], tf.bool),
+            "targets": tf.constant(rng.integers(0, V, [B, T]), tf.int32),
+            "target_weights": tf.ones([B, T])}
+
+
+class ClippedSgdStepTest(tf.test.TestCase):
+    def _train(self, kind, policy, plain_sgd, clip_norm=0.05, steps=3):
+        keras.utils.set_random_seed(0)
+        model = _model(kind, policy)
+        optimizer = keras.optimizers.SGD(learning_rate=0.7)
+        step = TrainStep(model, optimizer, tf.distribute.get_strategy(), B, 0,
+                         use_memory=False, clip_norm=clip_norm, pointer_clip_norm=0.01)
+        self.assertTrue(step.plain_sgd)
+        step.plain_sgd = plain_sgd  # False: Keras' SGD on the clipped gradients
+        carry = step.initial_carry()
+        norms = []
+        for seed in range(steps):
+            metrics, *carry = step(_batch(seed), *carry)
+            norms.append(float(metrics["grad_norm"]))
+        self.assertEqual(int(optimizer.iterations), steps)
+        return [v.numpy() for v in model.trainable_variables], norms
+
+    def _assert_same_training(self, kind, policy, *contexts):
+        keras_weights, keras_norms = self._train(kind, policy, plain_sgd=False)
+        for context in contexts:
+            with context():
+                weights, norms = self._train(kind, policy, plain_sgd=True)
+            self.assertGreater(min(norms), 0.05)  # every step was clipped
+            self.assertAllClose(norms, keras_norms, rtol=1e-5)
+            for ours, theirs in zip(weights, keras_weights, strict=True):
+                self.assertAllClose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+    def test_equals_keras_sgd_on_clipped_gradients(self):
+        # The native kernels (inside the step's `native.enabled()`) and TensorFlow ops.
+        for kind in ("lstm", "psmm"):
+            for policy in ("float32", "mixed_bfloat16"):
+                with self.subTest(kind=kind, policy=policy):
+                    self._assert_same_training(kind, policy, native.enabled, native.disabled)
+
+    def test_reads_16_bit_gradients_as_they_are(self):
+        model = _model("lstm", "mixed_bfloat16")
+        step = TrainStep(model, keras.optimizers.SGD(1.0), tf.distribute.get_strategy(), B, 0,
+                         use_memory=False)
+        state, memory = step.initial_carry()
+        graph = step._forward_backward.get_concrete_function(
+            _batch(0), state, memory, tf.constant(float(B)), tf.constant(1.0))
+        dtypes = {v.path: g.dtype for v, g in
+                  zip(model.trainable_variables, graph.structured_outputs[0], strict=True)}
+        # Autocast kernels: their bfloat16 gradient; the embedding (not autocast): float32.
+        kernels = [path for path in dtypes if path.endswith("/kernel")]
+        self.assertNotEmpty(kernels)
+        for path in kernels:
+            self.assertEqual(dtypes[path], tf.bfloat16, path)
+        embedding = [path for path in dtypes if path.endswith("/embeddings")]
+        self.assertEqual([dtypes[path] for path in embedding], [tf.float32])
+
+    def test_supports_only_plain_sgd_on_unconstrained_float32_variables(self):
+        variables = _model("lstm", "float32").trainable_variables
+        self.assertTrue(sgd_update.supports(keras.optimizers.SGD(0.1), variables))
+        for optimizer in (keras.optimizers.SGD(0.1, momentum=0.9),
+                          keras.optimizers.SGD(0.1, weight_decay=1e-4),
+                          keras.optimizers.SGD(0.1, clipnorm=1.0),
+                          keras.optimizers.Adam(0.1),
+                          keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))):
+            self.assertFalse(sgd_update.supports(optimizer, variables), optimizer)
+        constrained = keras.Variable(np.ones(3, np.float32))
+        constrained.constraint = keras.constraints.NonNeg()
+        self.assertFalse(sgd_update.supports(keras.optimizers.SGD(0.1), [constrained]))
+
+
+if __name__ == "__main__":
+    tf.test.main()
