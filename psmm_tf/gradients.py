@@ -97,8 +97,7 @@ def clip_scales(grads, clip_norm, groups=(), loss_scale=1.0):
 
     Returns:
         `(scales, norm)`: one scalar per gradient (float32 for float32 and 16-bit
-        gradients), and the global norm of all of the
-        true gradients before clipping.
+        gradients), and the global norm of all of the true gradients before clipping.
     """
     grouped = {i for indices, _ in groups for i in indices}
     rest = [i for i in range(len(grads)) if i not in grouped]
