@@ -13,7 +13,7 @@ the squared norm and the update, one native kernel each inside `psmm_tf.layers.n
 (`psmm_tf/layers/native/sgd_update.cc`), TensorFlow ops elsewhere. It is Keras' SGD update
 (`w - lr g`, momentum 0) of the clipped gradient, to float32 rounding: the product `lr c` is
 rounded once where Keras rounds `c g` and then `lr (c g)`. Measured in
-`benchmarks/machine_limit.py` (docs/results.md, "The machine's limit").
+`benchmarks/machine_limit.py` (docs/results.md, "The step's critical path").
 """
 
 import keras
