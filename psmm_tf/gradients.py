@@ -55,7 +55,9 @@ def clip_groups(model, pointer_clip_norm=None, char_cnn_clip_norm=None):
 
 def squared_norm(x):
     """`sum(x^2)` of one tensor: a float32 scalar for float32 and 16-bit `x` (16-bit
-    gradients are summed in float32), else a scalar in `x`'s dtype.
+    gradients are summed in float32), else a scalar in `x`'s dtype. On TensorFlow `x` may be
+    `tf.IndexedSlices` whose rows are distinct (`psmm_tf.training.sgd_update.deduplicated`):
+    the sum over its values is the dense tensor's.
 
     On TensorFlow, `2 l2_loss(x)`: one pass that never writes `x^2` out. `sum(square(x))` ran
     2.1 times as long on a `(650, 10000)` float32 gradient on CPU (3.39 against 1.58 ms;
@@ -68,6 +70,8 @@ def squared_norm(x):
 
         from psmm_tf.layers import native
 
+        if isinstance(x, tf.IndexedSlices):
+            x = x.values
         library = native.for_trace() if x.dtype in NATIVE_NORM_DTYPES else None
         if library is not None:
             return library.psmm_squared_norm(x)
@@ -86,7 +90,8 @@ def clip_scales(grads, clip_norm, groups=(), loss_scale=1.0):
     group's factor non-finite (a loss-scaled step then skips the update).
 
     Args:
-        grads: list of dense gradient tensors (16-bit ones are summed in float32).
+        grads: list of dense gradient tensors (16-bit ones are summed in float32); on
+            TensorFlow also `tf.IndexedSlices` with distinct rows (`squared_norm`).
         clip_norm: float (or scalar tensor). Limit of the global norm of the gradients in no
             group.
         groups: `(indices, limit)` pairs (`clip_groups`): the gradients at `indices` are

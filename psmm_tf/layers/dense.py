@@ -1,4 +1,5 @@
-"""`Dense` whose bias gradient is summed in float32 under a bfloat16 policy on TensorFlow."""
+"""`Dense` whose bias gradient is summed in float32 under a bfloat16 policy on TensorFlow, and
+`affine`, the `x W + b` of psmm_tf's layers."""
 
 import keras
 from keras import ops
@@ -37,10 +38,41 @@ class Dense(keras.layers.Dense):
 
     def call(self, inputs, training=None):
         # (Quantized layers call `quantized_call`, not this; `kernel` applies LoRA.)
-        outputs = ops.matmul(inputs, self.kernel)
-        if self.bias is not None:
-            # A tensor's `+`: TensorFlow's AddV2, not ops.add's BiasAdd (see above).
-            outputs = outputs + ops.convert_to_tensor(self.bias, dtype=outputs.dtype)
+        outputs = affine(inputs, self.kernel, self.bias)
         if self.activation is not None:
             outputs = self.activation(outputs)
         return outputs
+
+
+def affine(inputs, kernel, bias=None):
+    """`inputs W + b` over the last axis.
+
+    On TensorFlow the inputs are flattened to one 2-D product and the bias added to it, which
+    TensorFlow's graph optimizer fuses into the product (oneDNN's bias post-op): a product of
+    3-D inputs is a batched product, and the bias added to its output a broadcast pass of its
+    own, 2.3 ms for `medium`'s `(20, 35, 10000)` bfloat16 logits on the 2-core EPYC of
+    docs/results.md ("The step's critical path"). The bias is added as a tensor's `+`
+    (TensorFlow's AddV2, not `BiasAdd`, whose bfloat16 gradient is summed in bfloat16; see
+    `Dense`). Other backends take `ops.matmul` as it is (XLA fuses the sum).
+
+    Args:
+        inputs: float `(..., in)`.
+        kernel: `(in, out)`.
+        bias: optional `(out,)`.
+
+    Returns:
+        `(..., out)` in the dtype of `inputs W`.
+    """
+    if keras.backend.backend() == "tensorflow" and len(inputs.shape) > 2:
+        import tensorflow as tf
+
+        leading = tf.shape(inputs)[:-1]
+        flat = affine(tf.reshape(inputs, [-1, inputs.shape[-1]]), kernel, bias)
+        outputs = tf.reshape(flat, tf.concat([leading, tf.shape(flat)[-1:]], axis=0))
+        # The static shape, where the reshape's shape tensor hides it.
+        return tf.ensure_shape(outputs, inputs.shape[:-1] + flat.shape[-1:])
+    outputs = ops.matmul(inputs, kernel)
+    if bias is not None:
+        # A tensor's `+`: TensorFlow's AddV2, not ops.add's BiasAdd (see `Dense`).
+        outputs = outputs + ops.convert_to_tensor(bias, dtype=outputs.dtype)
+    return outputs

@@ -11,6 +11,7 @@ from keras import ops
 
 from psmm_tf import testing
 from psmm_tf.layers import Dense
+from psmm_tf.layers.dense import affine
 
 
 def _bias_gradient(layer, inputs, output_gradient):
@@ -70,6 +71,30 @@ class DenseTest(testing.TestCase):
         # One bfloat16 rounding of the float sum (relative 2^-9), and no more.
         self.assertAllClose(got, want, rtol=2 ** -8, atol=0.0)
 
+    def test_bfloat16_bias_gradient_of_3d_inputs_in_a_graph(self):
+        # Traced, the bias is fused into the flattened product (`affine`); its gradient is
+        # still the float sum of the (20, 35) rows.
+        if keras.backend.backend() != "tensorflow":
+            self.skipTest("TensorFlow's graph optimizer")
+        output_gradient = self.rng.random((20, 35, 40)).astype("float32") * 2e-4
+        output_gradient[..., 0] -= 0.5
+        rounded = tf.cast(tf.cast(output_gradient, tf.bfloat16), tf.float32)
+        want = rounded.numpy().astype(np.float64).sum(axis=(0, 1))
+        layer = Dense(40, dtype="mixed_bfloat16")
+        layer.build((None, None, 8))
+        inputs = self.rng.normal(size=(20, 35, 8)).astype("float32")
+
+        @tf.function
+        def bias_gradient(inputs):
+            with tf.GradientTape() as tape:
+                outputs = layer(inputs)
+                objective = tf.reduce_sum(tf.cast(outputs, tf.float32) * rounded)
+            return tape.gradient(objective, layer.bias)
+
+        got = bias_gradient(inputs).numpy()
+        self.assertAllClose(got[0], -350.0, rtol=2 ** -8)
+        self.assertAllClose(got, want, rtol=2 ** -8, atol=0.0)
+
     def test_saves_and_loads_in_a_keras_model(self):
         inputs = keras.Input((5,))
         model = keras.Model(inputs, Dense(3, activation="tanh", name="head")(inputs))
@@ -80,6 +105,32 @@ class DenseTest(testing.TestCase):
         self.assertIsInstance(loaded.get_layer("head"), Dense)
         x = self.rng.normal(size=(2, 5)).astype("float32")
         self.assertAllClose(loaded(x), model(x))
+
+
+class AffineTest(testing.TestCase):
+    def test_is_the_product_plus_the_bias_at_every_rank(self):
+        kernel = self.rng.normal(size=(5, 6)).astype("float32")
+        bias = self.rng.normal(size=(6,)).astype("float32")
+        for shape in ((4, 5), (3, 4, 5), (2, 3, 4, 5)):
+            inputs = self.rng.normal(size=shape).astype("float32")
+            product = inputs.astype(np.float64) @ kernel
+            got = affine(inputs, kernel, bias)
+            self.assertEqual(tuple(got.shape), shape[:-1] + (6,))
+            self.assertAllClose(got, product + bias, rtol=1e-5, atol=1e-5)
+            self.assertAllClose(affine(inputs, kernel), product, rtol=1e-5, atol=1e-5)
+
+    def test_traced_for_any_length_keeps_the_known_dimensions(self):
+        if keras.backend.backend() != "tensorflow":
+            self.skipTest("a TensorFlow graph of unknown dimensions")
+        kernel = self.rng.normal(size=(5, 6)).astype("float32")
+        bias = self.rng.normal(size=(6,)).astype("float32")
+        traced = tf.function(lambda x: affine(x, kernel, bias),
+                             input_signature=[tf.TensorSpec((None, 7, 5))])
+        self.assertEqual(traced.get_concrete_function().structured_outputs.shape.as_list(),
+                         [None, 7, 6])
+        inputs = self.rng.normal(size=(3, 7, 5)).astype("float32")
+        self.assertAllClose(traced(inputs), inputs.astype(np.float64) @ kernel + bias,
+                            rtol=1e-5, atol=1e-5)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from psmm_tf.layers import shapes
+from psmm_tf.layers.dense import affine
 
 
 class WindowedAttention(keras.layers.Layer):
@@ -86,7 +87,7 @@ class WindowedAttention(keras.layers.Layer):
         """Paper eq. 4: `q = tanh(W h_t + b)`, `(B, T, D)`, in at least float32 (the scores of
         eq. 5 are taken in it under mixed precision)."""
         score_dtype = "float64" if hidden.dtype == "float64" else "float32"
-        query = ops.tanh(ops.matmul(hidden, self.query_kernel) + self.query_bias)
+        query = ops.tanh(affine(hidden, self.query_kernel, self.query_bias))
         return ops.cast(query, score_dtype)
 
     def _keys(self, hidden, memory, memory_mask):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from psmm_tf.layers.dense import affine
 from psmm_tf.layers.pointer_sentinel import WindowedAttention
 
 
@@ -77,7 +78,7 @@ class PointerSoftmax(WindowedAttention):
         location = ops.softmax(key_scores, axis=-1)
         location = ops.where(allowed, location, ops.cast(0.0, query.dtype))
         # The switch sees h_t only: z = sigmoid(v . tanh(W_z h_t + b_z) + c).
-        switch_hidden = ops.tanh(ops.matmul(hidden, self.switch_kernel) + self.switch_bias)
+        switch_hidden = ops.tanh(affine(hidden, self.switch_kernel, self.switch_bias))
         switch = ops.sigmoid(ops.einsum("btu,u->bt", switch_hidden, self.switch_output)
                              + self.switch_output_bias)
         switch = ops.cast(switch, query.dtype)

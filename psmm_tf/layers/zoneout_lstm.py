@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from psmm_tf.layers.dense import affine
 from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
 
 # Steps per scan iteration on an accelerator. A scan of one step an iteration launches the
@@ -134,7 +135,7 @@ class ZoneoutLSTM(keras.layers.Layer):
         # Time-major from here to the outputs: the inputs are transposed (input_dim wide), not
         # the 4H-wide projection, and the zoneout masks are drawn time-major.
         inputs = ops.transpose(inputs, (1, 0, 2))
-        projected = ops.matmul(inputs, self.kernel) + self.bias  # [T, B, 4H], hoisted
+        projected = affine(inputs, self.kernel, self.bias)  # [T, B, 4H], hoisted
         keep_h, keep_c = self._zoneout_keep(num_steps, batch_size, training, step_mask)
         state = tuple(ops.cast(s, projected.dtype) for s in initial_state)
         index = -1 if state_index is None else state_index

@@ -12,7 +12,9 @@ with `c` the clip scale of its group (`psmm_tf.gradients.clip_scales`), in float
 the squared norm and the update, one native kernel each inside `psmm_tf.layers.native.enabled()`
 (`psmm_tf/layers/native/sgd_update.cc`), TensorFlow ops elsewhere. It is Keras' SGD update
 (`w - lr g`, momentum 0) of the clipped gradient, to float32 rounding: the product `lr c` is
-rounded once where Keras rounds `c g` and then `lr (c g)`. Measured in
+rounded once where Keras rounds `c g` and then `lr (c g)`. An embedding's gradient stays
+`tf.IndexedSlices` (`deduplicated`): its norm and its update read the rows the batch looked up,
+not the whole table, as Keras' SGD updates a sparse gradient in place. Measured in
 `benchmarks/machine_limit.py` (docs/results.md, "The step's critical path").
 """
 
@@ -42,11 +44,33 @@ def supports(optimizer, variables):
 def unwidened(grad):
     """`grad` before its widening to float32, where it is one: the gradient of a float32
     weight read as a 16-bit value (Keras' autocast) is the 16-bit gradient cast to float32,
-    exactly. Other gradients are returned as they are. Graph tensors only (a `tf.function`)."""
-    if grad.dtype != tf.float32 or not hasattr(grad, "op") or grad.op.type != "Cast":
+    exactly. Other gradients, `tf.IndexedSlices` among them, are returned as they are. Graph
+    tensors only (a `tf.function`)."""
+    if (isinstance(grad, tf.IndexedSlices) or grad.dtype != tf.float32
+            or not hasattr(grad, "op") or grad.op.type != "Cast"):
         return grad
     source = grad.op.inputs[0]
     return source if source.dtype in SIXTEEN_BIT else grad
+
+
+def deduplicated(grad):
+    """An embedding's `tf.IndexedSlices` gradient with each row once: the values of a row
+    looked up more than once summed (in float32 for 16-bit values), so that the squared norm
+    of its values is the dense gradient's and `apply` writes each row once. Dense gradients
+    are returned as they are.
+
+    Args:
+        grad: a gradient tensor, or `tf.IndexedSlices` of `(N, ...)` values at `(N,)` rows.
+
+    Returns:
+        `grad`, or `tf.IndexedSlices` of `(U, ...)` float32 values at its `U` distinct rows.
+    """
+    if not isinstance(grad, tf.IndexedSlices):
+        return grad
+    rows, position = tf.unique(grad.indices)
+    values = tf.math.unsorted_segment_sum(tf.cast(grad.values, tf.float32), position,
+                                          tf.shape(rows)[0])
+    return tf.IndexedSlices(values, rows, grad.dense_shape)
 
 
 def apply(optimizer, grads, variables, scales):
@@ -54,7 +78,8 @@ def apply(optimizer, grads, variables, scales):
 
     Args:
         optimizer: a Keras `SGD` for which `supports` holds.
-        grads: list of dense gradients, float32 or 16-bit, in `variables`' order.
+        grads: list of dense gradients, float32 or 16-bit, or `deduplicated` slices, in
+            `variables`' order.
         variables: the float32 Keras variables they are the gradients of.
         scales: one float32 scalar `c` per gradient (`clip_scales`).
     """
@@ -62,7 +87,9 @@ def apply(optimizer, grads, variables, scales):
     library = native.for_trace()
     for grad, variable, scale in zip(grads, variables, scales, strict=True):
         alpha = learning_rate * scale
-        if library is not None:
+        if isinstance(grad, tf.IndexedSlices):  # distinct rows: w[rows] -= alpha g
+            variable.value.scatter_sub(tf.IndexedSlices(grad.values * alpha, grad.indices))
+        elif library is not None:
             library.psmm_resource_scaled_subtract(variable.value.handle, grad, alpha)
         else:
             variable.assign_sub(tf.cast(grad, tf.float32) * alpha)

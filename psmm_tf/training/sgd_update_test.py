@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.configs import ModelConfig
+from psmm_tf.gradients import squared_norm
 from psmm_tf.layers import native
 from psmm_tf.models import build_model
 from psmm_tf.training import sgd_update
@@ -60,6 +61,42 @@ class NativeKernelsTest(tf.test.TestCase):
             library.psmm_resource_scaled_subtract(variable.handle, tf.ones([3, 4]),
                                                   tf.ones([2]))
         self.assertAllEqual(variable.numpy(), np.ones([3, 4]))
+
+
+class EmbeddingSlicesTest(tf.test.TestCase):
+    def _slices(self, dtype):
+        values = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
+        indices = np.array([4, 1, 4, 0, 1, 4])  # rows 4 and 1 looked up more than once
+        dense = np.zeros((7, 3), np.float32)
+        for row, value in zip(indices, tf.cast(tf.cast(values, dtype), tf.float32).numpy(),
+                              strict=True):
+            dense[row] += value
+        return tf.IndexedSlices(tf.cast(values, dtype), tf.constant(indices),
+                                tf.constant([7, 3])), dense
+
+    def test_deduplicated_rows_are_distinct_sums_with_the_dense_norm(self):
+        for dtype in (tf.float32, tf.bfloat16):
+            slices, dense = self._slices(dtype)
+            rows = sgd_update.deduplicated(slices)
+            self.assertEqual(rows.values.dtype, tf.float32)
+            self.assertCountEqual(rows.indices.numpy(), [0, 1, 4])
+            self.assertAllClose(tf.convert_to_tensor(rows), dense, rtol=0, atol=1e-6)
+            self.assertAllClose(squared_norm(rows), np.sum(np.square(dense)), rtol=1e-6)
+            self.assertIs(sgd_update.unwidened(rows), rows)
+        grad = tf.ones([2, 3])
+        self.assertIs(sgd_update.deduplicated(grad), grad)
+
+    def test_apply_updates_only_the_rows_looked_up(self):
+        slices, dense = self._slices(tf.float32)
+        start = np.arange(21, dtype=np.float32).reshape(7, 3)
+        variable = keras.Variable(start)
+        optimizer = keras.optimizers.SGD(learning_rate=0.5)
+        optimizer.build([variable])
+        sgd_update.apply(optimizer, [sgd_update.deduplicated(slices)], [variable],
+                         [tf.constant(0.25)])
+        self.assertAllClose(variable.numpy(), start - 0.125 * dense, rtol=0, atol=1e-6)
+        self.assertAllEqual(variable.numpy()[[2, 3, 5, 6]], start[[2, 3, 5, 6]])
+        self.assertEqual(int(optimizer.iterations), 1)
 
 
 def _model(kind, policy):
@@ -129,6 +166,10 @@ class ClippedSgdStepTest(tf.test.TestCase):
             self.assertEqual(dtypes[path], tf.bfloat16, path)
         embedding = [path for path in dtypes if path.endswith("/embeddings")]
         self.assertEqual([dtypes[path] for path in embedding], [tf.float32])
+        # The embedding's rows as looked up, not a dense (V, E) gradient.
+        slices = [g for v, g in zip(model.trainable_variables, graph.structured_outputs[0],
+                                    strict=True) if v.path.endswith("/embeddings")]
+        self.assertIsInstance(slices[0], tf.IndexedSlices)
 
     def test_supports_only_plain_sgd_on_unconstrained_float32_variables(self):
         variables = _model("lstm", "float32").trainable_variables

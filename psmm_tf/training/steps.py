@@ -148,7 +148,7 @@ class TrainStep:
         normalizer = tf.constant(float(self.global_batch_size))
         grads, sums, state, memory = self._forward_backward(local, state, memory, normalizer,
                                                             pointer_share)
-        if self.plain_sgd and not tf.distribute.has_strategy():  # one device, the default
+        if self._fused_update():
             scales, grad_norm = clip_scales(grads, self.clip_norm, self.clip_groups)
             sgd_update.apply(self.optimizer, grads, self.model.trainable_variables, scales)
             return sums, grad_norm, state, memory
@@ -166,6 +166,11 @@ class TrainStep:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         return sums, grad_norm, state, memory
 
+    def _fused_update(self):
+        """Whether this trace applies `sgd_update` (plain SGD on one device, the default)
+        rather than the all-reduce, `clip_gradients` and Keras' update."""
+        return self.plain_sgd and not tf.distribute.has_strategy()
+
     def _gradients(self, local, state, memory, normalizer, pointer_share=None):
         targets = local["targets"]
         weights = local["target_weights"]
@@ -181,9 +186,12 @@ class TrainStep:
             # Times the dynamic loss scale under mixed_float16 (LossScaleOptimizer), else as is.
             loss = self.optimizer.scale_loss(sums["loss"] / normalizer)
         grads = tape.gradient(loss, self.model.trainable_variables)
-        # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and scaling.
-        grads = [tf.convert_to_tensor(g) for g in grads]
-        if self.plain_sgd:  # 16-bit gradients as computed (see _replica_step)
-            grads = [sgd_update.unwidened(g) for g in grads]
+        if self._fused_update():
+            # 16-bit gradients as computed, the embedding's rows as looked up (sgd_update).
+            grads = [sgd_update.unwidened(sgd_update.deduplicated(g)) for g in grads]
+        else:
+            # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and
+            # scaling.
+            grads = [tf.convert_to_tensor(g) for g in grads]
         new_memory = outputs["memory"] if self.use_memory else None
         return grads, sums, outputs["state"], new_memory
