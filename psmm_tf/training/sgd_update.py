@@ -87,10 +87,21 @@ def apply(optimizer, grads, variables, scales):
     library = native.for_trace()
     for grad, variable, scale in zip(grads, variables, scales, strict=True):
         alpha = learning_rate * scale
-        if isinstance(grad, tf.IndexedSlices):  # distinct rows: w[rows] -= alpha g
-            variable.value.scatter_sub(tf.IndexedSlices(grad.values * alpha, grad.indices))
+        if isinstance(grad, tf.IndexedSlices):
+            _subtract_rows(library, variable, grad, alpha)
         elif library is not None:
             library.psmm_resource_scaled_subtract(variable.value.handle, grad, alpha)
         else:
             variable.assign_sub(tf.cast(grad, tf.float32) * alpha)
     optimizer.iterations.assign_add(1)
+
+
+def _subtract_rows(library, variable, grad, alpha):
+    """`w[rows] -= alpha g` for `tf.IndexedSlices` `grad`: the native kernel's row update, or,
+    as TensorFlow ops, the dense update. (TensorFlow's own `ResourceScatterSub` would set the
+    variable to copy its whole buffer on every later read: sgd_update.cc.)"""
+    if library is not None:
+        library.psmm_resource_scaled_subtract_rows(variable.value.handle, grad.indices,
+                                                   tf.cast(grad.values, tf.float32), alpha)
+    else:
+        variable.assign_sub(tf.convert_to_tensor(grad) * alpha)

@@ -51,6 +51,39 @@ class NativeKernelsTest(tf.test.TestCase):
             self.assertAllClose(variable.numpy(), expected + np.float32(0.5) * widened,
                                 rtol=0, atol=1e-6)
 
+    def test_row_update_subtracts_each_row_and_spares_a_held_read(self):
+        library = _library(self)
+        rng = np.random.default_rng(3)
+        weights = rng.normal(size=(9, 4)).astype(np.float32)
+        rows = rng.normal(size=(4, 4)).astype(np.float32)
+        for index_dtype in (tf.int32, tf.int64):
+            indices = tf.constant([7, 2, 7, 0], index_dtype)  # 7 takes two rows, in order
+            expected = weights.copy()
+            for i, row in zip(indices.numpy(), rows, strict=True):
+                expected[i] -= np.float32(0.5) * row
+            variable = tf.Variable(weights)
+            held = variable.read_value()
+            library.psmm_resource_scaled_subtract_rows(variable.handle, indices, rows,
+                                                       tf.constant(0.5))
+            self.assertAllClose(variable.numpy(), expected, rtol=0, atol=1e-6)
+            self.assertAllEqual(held.numpy(), weights)
+            del held  # in place now; rows not named are untouched either way
+            library.psmm_resource_scaled_subtract_rows(variable.handle, indices[:1], rows[:1],
+                                                       tf.constant(1.0))
+            expected[7] -= rows[0]
+            self.assertAllClose(variable.numpy(), expected, rtol=0, atol=1e-6)
+
+    def test_row_update_refuses_bad_indices_and_shapes_and_leaves_the_variable(self):
+        library = _library(self)
+        variable = tf.Variable(tf.ones([5, 3]))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, r"indices\[1\] = 5"):
+            library.psmm_resource_scaled_subtract_rows(variable.handle, tf.constant([0, 5]),
+                                                       tf.ones([2, 3]), tf.constant(1.0))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "row shape"):
+            library.psmm_resource_scaled_subtract_rows(variable.handle, tf.constant([0, 1]),
+                                                       tf.ones([2, 4]), tf.constant(1.0))
+        self.assertAllEqual(variable.numpy(), np.ones([5, 3]))
+
     def test_scaled_subtract_refuses_other_shapes_and_leaves_the_variable(self):
         library = _library(self)
         variable = tf.Variable(tf.ones([3, 4]))
@@ -87,16 +120,34 @@ class EmbeddingSlicesTest(tf.test.TestCase):
         self.assertIs(sgd_update.deduplicated(grad), grad)
 
     def test_apply_updates_only_the_rows_looked_up(self):
+        # The native row update (inside `native.enabled()`) and the TensorFlow ops.
         slices, dense = self._slices(tf.float32)
         start = np.arange(21, dtype=np.float32).reshape(7, 3)
-        variable = keras.Variable(start)
+        for context in (native.enabled, native.disabled):
+            variable = keras.Variable(start)
+            optimizer = keras.optimizers.SGD(learning_rate=0.5)
+            optimizer.build([variable])
+            with context():
+                sgd_update.apply(optimizer, [sgd_update.deduplicated(slices)], [variable],
+                                 [tf.constant(0.25)])
+            self.assertAllClose(variable.numpy(), start - 0.125 * dense, rtol=0, atol=1e-6)
+            self.assertAllEqual(variable.numpy()[[2, 3, 5, 6]], start[[2, 3, 5, 6]])
+            self.assertEqual(int(optimizer.iterations), 1)
+
+    def test_the_traced_row_update_is_the_native_kernel_not_a_scatter(self):
+        # TensorFlow's ResourceScatterSub would make every later read of the table a copy.
+        _library(self)
+        slices, _ = self._slices(tf.float32)
+        variable = keras.Variable(np.zeros((7, 3), np.float32))
         optimizer = keras.optimizers.SGD(learning_rate=0.5)
         optimizer.build([variable])
-        sgd_update.apply(optimizer, [sgd_update.deduplicated(slices)], [variable],
-                         [tf.constant(0.25)])
-        self.assertAllClose(variable.numpy(), start - 0.125 * dense, rtol=0, atol=1e-6)
-        self.assertAllEqual(variable.numpy()[[2, 3, 5, 6]], start[[2, 3, 5, 6]])
-        self.assertEqual(int(optimizer.iterations), 1)
+        update = tf.function(lambda: sgd_update.apply(
+            optimizer, [sgd_update.deduplicated(slices)], [variable], [tf.constant(1.0)]))
+        with native.enabled():
+            graph = update.get_concrete_function().graph
+        op_types = {op.type for op in graph.get_operations()}
+        self.assertIn("PsmmResourceScaledSubtractRows", op_types)
+        self.assertFalse({t for t in op_types if t.startswith("ResourceScatter")})
 
 
 def _model(kind, policy):
