@@ -1,11 +1,12 @@
-// What the native kernels of psmm_tf share: TensorFlow's names and the split of a kernel's rows
-// over TensorFlow's intra-op threads.
+// What the native kernels of psmm_tf share: TensorFlow's names, contiguous runs of elements as
+// Eigen arrays, and the split of a kernel's rows over TensorFlow's intra-op threads.
 
 #ifndef PSMM_TF_LAYERS_NATIVE_KERNEL_UTIL_H_
 #define PSMM_TF_LAYERS_NATIVE_KERNEL_UTIL_H_
 
 #include <cstdint>
 
+#include "Eigen/Core"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -23,6 +24,12 @@ using ::tensorflow::TensorShape;
 using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
+
+// `size` contiguous elements from a pointer, as an Eigen array (elementwise arithmetic).
+template <typename T>
+using ConstVector = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using Vector = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // Runs fn(first_row, row_count) over `rows` rows on TensorFlow's intra-op threads; a row costs
 // about `cost_per_row` cycles (TensorFlow splits the rows by it).

@@ -24,11 +24,6 @@
 namespace psmm_tf {
 namespace {
 
-template <typename T>
-using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <typename T>
-using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-
 // Checks the (N, V) logits and (N,) targets in [0, V); the other inputs named must be (N,).
 Status CheckInputs(OpKernelContext* ctx, std::initializer_list<int> row_inputs, int64_t* rows,
                    int64_t* vocab_size) {
@@ -116,7 +111,7 @@ class TargetLogSoftmaxOp : public OpKernel {
     float* top = row_max->flat<float>().data();
     float* scale = inverse_sum->flat<float>().data();
     ForEachRow(ctx, rows, vocab_size, [&](int64_t row) {
-      const auto z = ConstRow<T>(logits + row * vocab_size, vocab_size).template cast<float>();
+      const auto z = ConstVector<T>(logits + row * vocab_size, vocab_size).template cast<float>();
       top[row] = z.maxCoeff();
       const float sum = (z - top[row]).exp().sum();
       scale[row] = 1.0f / sum;
@@ -145,8 +140,8 @@ class TargetLogSoftmaxGradOp : public OpKernel {
     ForEachRow(ctx, rows, vocab_size, [&](int64_t row) {
       const float d = d_value[row];
       const T* z = logits + row * vocab_size;
-      Row<T>(out + row * vocab_size, vocab_size) =
-          ((ConstRow<T>(z, vocab_size).template cast<float>() - top[row]).exp() *
+      Vector<T>(out + row * vocab_size, vocab_size) =
+          ((ConstVector<T>(z, vocab_size).template cast<float>() - top[row]).exp() *
            (-d * scale[row]))
               .template cast<T>();
       const float target_prob =
