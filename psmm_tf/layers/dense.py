@@ -51,9 +51,9 @@ def affine(inputs, kernel, bias=None):
     TensorFlow's graph optimizer fuses into the product (oneDNN's bias post-op): a product of
     3-D inputs is a batched product, and the bias added to its output a broadcast pass of its
     own, 2.3 ms for `medium`'s `(20, 35, 10000)` bfloat16 logits on the 2-core EPYC of
-    docs/results.md ("The step's critical path"). The bias is added as a tensor's `+`
-    (TensorFlow's AddV2, not `BiasAdd`, whose bfloat16 gradient is summed in bfloat16; see
-    `Dense`). Other backends take `ops.matmul` as it is (XLA fuses the sum).
+    docs/results.md ("The update in place, the bias in the product"). The bias is added as a
+    tensor's `+` (TensorFlow's AddV2, not `BiasAdd`, whose bfloat16 gradient is summed in
+    bfloat16; see `Dense`). Other backends take `ops.matmul` as it is (XLA fuses the sum).
 
     Args:
         inputs: float `(..., in)`.

@@ -14,8 +14,10 @@ the squared norm and the update, one native kernel each inside `psmm_tf.layers.n
 (`w - lr g`, momentum 0) of the clipped gradient, to float32 rounding: the product `lr c` is
 rounded once where Keras rounds `c g` and then `lr (c g)`. An embedding's gradient stays
 `tf.IndexedSlices` (`deduplicated`): its norm and its update read the rows the batch looked up,
-not the whole table, as Keras' SGD updates a sparse gradient in place. Measured in
-`benchmarks/machine_limit.py` (docs/results.md, "The step's critical path").
+not the whole table, and the native row update writes them in place (TensorFlow's
+`ResourceScatterSub` would make every later read of the table a copy). Measured in
+`benchmarks/machine_limit.py` (docs/results.md, "The step's critical path" and "The update in
+place, the bias in the product, the embedding's rows").
 """
 
 import keras
