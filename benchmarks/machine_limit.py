@@ -189,6 +189,13 @@ def matmuls_step(preset, policy, vocab_size):
     stored_transpose = keras.backend.backend() == "tensorflow" and dtype == "float32"
     arguments["recurrent_t"] = (ops.convert_to_tensor(np.asarray(ops.transpose(
         arguments["recurrent"]))) if stored_transpose else None)
+    # The weights' gradients X^T dY in the form the TensorFlow step takes (bfloat16: the
+    # transpose of dY^T X, psmm_tf.layers.dense.weight_gradient).
+    if keras.backend.backend() == "tensorflow":
+        from psmm_tf.layers.dense import weight_gradient
+    else:
+        def weight_gradient(x, d):
+            return ops.matmul(ops.transpose(x), d)
 
     def step(a):
         x, layer_inputs, layer_outputs = a["inputs"], [], []
@@ -203,7 +210,7 @@ def matmuls_step(preset, policy, vocab_size):
             layer_outputs.append(x)
         outputs = [ops.matmul(x, a["softmax"])[0, 0]]
         d_x = ops.matmul(a["d_logits"], ops.transpose(a["softmax"]))
-        outputs.append(ops.matmul(ops.transpose(x), a["d_logits"])[0, 0])
+        outputs.append(weight_gradient(x, a["d_logits"])[0, 0])
         for kernel, x, h_all in zip(reversed(a["kernels"]), reversed(layer_inputs),
                                     reversed(layer_outputs), strict=True):
             d_gates, all_d = ops.tile(d_x[:rows], (1, 4)), []
@@ -213,8 +220,8 @@ def matmuls_step(preset, policy, vocab_size):
                 d_gates = ops.tile(ops.matmul(d_gates, recurrent_t), (1, 4))
                 all_d.append(d_gates)
             d_all = ops.concatenate(all_d, axis=0)  # (T B, 4H)
-            outputs.append(ops.matmul(ops.transpose(h_all), d_all)[0, 0])  # dU
-            outputs.append(ops.matmul(ops.transpose(x), d_all)[0, 0])  # dW
+            outputs.append(weight_gradient(h_all, d_all)[0, 0])  # dU
+            outputs.append(weight_gradient(x, d_all)[0, 0])  # dW
             d_x = ops.matmul(d_all, ops.transpose(kernel))  # the layer below's input gradient
         outputs.append(d_x[0, 0])
         return sum(ops.cast(o, "float32") for o in outputs)

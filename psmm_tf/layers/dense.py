@@ -1,5 +1,8 @@
-"""`Dense` whose bias gradient is summed in float32 under a bfloat16 policy on TensorFlow, and
-`affine`, the `x W + b` of psmm_tf's layers."""
+"""`Dense` whose bias gradient is summed in float32 under a bfloat16 policy on TensorFlow;
+`affine`, the `x W + b` of psmm_tf's layers; and `weight_gradient`, the `X^T dY` of their
+kernels."""
+
+import functools
 
 import keras
 from keras import ops
@@ -62,6 +65,9 @@ def affine(inputs, kernel, bias=None):
 
     Returns:
         `(..., out)` in the dtype of `inputs W`.
+
+    On TensorFlow the kernel's gradient is `weight_gradient`'s (the faster form of the same
+    product under bfloat16).
     """
     if keras.backend.backend() == "tensorflow" and len(inputs.shape) > 2:
         import tensorflow as tf
@@ -71,8 +77,75 @@ def affine(inputs, kernel, bias=None):
         outputs = tf.reshape(flat, tf.concat([leading, tf.shape(flat)[-1:]], axis=0))
         # The static shape, where the reshape's shape tensor hides it.
         return tf.ensure_shape(outputs, inputs.shape[:-1] + flat.shape[-1:])
-    outputs = ops.matmul(inputs, kernel)
+    if keras.backend.backend() == "tensorflow" and _transposed_form(kernel.dtype):
+        outputs = _product_with_weight_gradient(inputs, kernel)
+    else:
+        outputs = ops.matmul(inputs, kernel)
     if bias is not None:
         # A tensor's `+`: TensorFlow's AddV2, not ops.add's BiasAdd (see `Dense`).
         outputs = outputs + ops.convert_to_tensor(bias, dtype=outputs.dtype)
     return outputs
+
+
+def weight_gradient(inputs, grad_outputs):
+    """`X^T dY`, the gradient of the kernel of `Y = X W`, on TensorFlow.
+
+    oneDNN's bfloat16 product of this form, whose sum runs over the rows of both, is slow on
+    a CPU with bfloat16 products (the AVX512-BF16 EPYC of docs/results.md, "The weights'
+    gradients in the faster form"): `(700, 650)^T (700, 10000)` ran 1.17x faster than in
+    float32, where the product of `(dY^T X)^T`, `(700, 10000)^T (700, 650)`, ran 1.96x faster;
+    `(700, 650)^T (700, 2600)` (an LSTM kernel's) 1.31x against 1.81x. So in bfloat16, on
+    such a CPU, it is taken as the transpose of `dY^T X`: the transpose (TensorFlow's) costs
+    less than the product saves. Elsewhere, and in other dtypes, it is `X^T dY`, as
+    TensorFlow's own gradient of the product takes it; the two differ by float rounding.
+
+    Args:
+        inputs: `(N, in)` `X`.
+        grad_outputs: `(N, out)` `dY`, in `inputs`' dtype.
+
+    Returns:
+        `(in, out)`, in `inputs`' dtype.
+    """
+    import tensorflow as tf
+
+    if _transposed_form(inputs.dtype):
+        return tf.transpose(tf.matmul(grad_outputs, inputs, transpose_a=True))
+    return tf.matmul(inputs, grad_outputs, transpose_a=True)
+
+
+def _transposed_form(dtype):
+    """Whether `weight_gradient` takes `(dY^T X)^T` for `dtype`: bfloat16 on a CPU with
+    bfloat16 products (AVX512-BF16 or AMX), where it was measured. (Without them oneDNN has no
+    bfloat16 product; a GPU's products take either form.)"""
+    import tensorflow as tf
+
+    return (tf.as_dtype(dtype) == tf.bfloat16 and _cpu_has_bfloat16_products()
+            and not tf.config.list_logical_devices("GPU"))
+
+
+@functools.cache
+def _cpu_has_bfloat16_products():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = {flag for line in cpuinfo if line.startswith("flags")
+                     for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def _product_with_weight_gradient(inputs, kernel):
+    """`X W` for 2-D `X` on TensorFlow, the kernel's gradient `weight_gradient`'s, the inputs'
+    `dY W^T` (TensorFlow's own)."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def product(inputs, kernel):
+        def backward(grad_outputs):
+            return (tf.matmul(grad_outputs, kernel, transpose_b=True),
+                    weight_gradient(inputs, grad_outputs))
+
+        return tf.matmul(inputs, kernel), backward
+
+    # A variable's (autocast) read as a tensor: the gradient reaches the variable through it.
+    return product(tf.convert_to_tensor(inputs), tf.convert_to_tensor(kernel))

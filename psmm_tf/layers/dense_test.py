@@ -3,6 +3,7 @@
 import os
 import tempfile
 import unittest
+from unittest import mock
 
 import keras
 import numpy as np
@@ -10,8 +11,8 @@ import tensorflow as tf
 from keras import ops
 
 from psmm_tf import testing
-from psmm_tf.layers import Dense
-from psmm_tf.layers.dense import affine
+from psmm_tf.layers import Dense, dense
+from psmm_tf.layers.dense import affine, weight_gradient
 
 
 def _bias_gradient(layer, inputs, output_gradient):
@@ -131,6 +132,64 @@ class AffineTest(testing.TestCase):
         inputs = self.rng.normal(size=(3, 7, 5)).astype("float32")
         self.assertAllClose(traced(inputs), inputs.astype(np.float64) @ kernel + bias,
                             rtol=1e-5, atol=1e-5)
+
+
+class WeightGradientTest(testing.TestCase):
+    def setUp(self):
+        super().setUp()
+        if keras.backend.backend() != "tensorflow":
+            self.skipTest("TensorFlow's weight gradient")
+
+    def test_both_forms_are_the_inputs_transposed_times_the_output_gradient(self):
+        inputs = self.rng.normal(size=(70, 13)).astype("float32")
+        grad_outputs = self.rng.normal(size=(70, 29)).astype("float32")
+        for transposed in (False, True):
+            with mock.patch.object(dense, "_transposed_form",
+                                   lambda dtype, form=transposed: form):
+                for dtype in (tf.float32, tf.bfloat16, tf.float16):
+                    x, dy = tf.cast(inputs, dtype), tf.cast(grad_outputs, dtype)
+                    # The float64 product of the rounded operands; the output rounds once.
+                    want = tf.cast(x, tf.float64).numpy().T @ tf.cast(dy, tf.float64).numpy()
+                    got = weight_gradient(x, dy)
+                    self.assertEqual(got.dtype, dtype)
+                    self.assertEqual(tuple(got.shape), (13, 29))
+                    tolerance = {tf.float32: 1e-5, tf.bfloat16: 2 ** -7,
+                                 tf.float16: 2 ** -10}[dtype]
+                    self.assertAllClose(tf.cast(got, tf.float64), want, rtol=tolerance,
+                                        atol=tolerance * np.abs(want).max())
+
+    def test_the_transposed_form_is_taken_for_bfloat16_only(self):
+        with mock.patch.object(dense, "_cpu_has_bfloat16_products", lambda: True):
+            self.assertTrue(dense._transposed_form(tf.bfloat16)
+                            or bool(tf.config.list_logical_devices("GPU")))
+            self.assertFalse(dense._transposed_form(tf.float32))
+            self.assertFalse(dense._transposed_form(tf.float16))
+        with mock.patch.object(dense, "_cpu_has_bfloat16_products", lambda: False):
+            self.assertFalse(dense._transposed_form(tf.bfloat16))
+
+    def test_is_the_kernel_gradient_of_a_bfloat16_layer_in_a_graph(self):
+        # The layer's kernel gradient (through the autocast read, to the float32 variable)
+        # is the float64 X^T dY of the bfloat16 operands, to bfloat16 rounding, in the form
+        # this CPU takes.
+        layer = Dense(40, dtype="mixed_bfloat16")
+        layer.build((None, None, 8))
+        inputs = self.rng.normal(size=(20, 35, 8)).astype("float32")
+        output_gradient = self.rng.normal(size=(20, 35, 40)).astype("float32")
+
+        @tf.function
+        def gradients(inputs):
+            with tf.GradientTape() as tape:
+                outputs = layer(inputs)
+                objective = tf.reduce_sum(tf.cast(outputs, tf.float32) * output_gradient)
+            return tape.gradient(objective, [layer.kernel, layer.bias])
+
+        kernel_gradient, _ = gradients(inputs)
+        self.assertEqual(kernel_gradient.dtype, tf.float32)
+        x = tf.cast(tf.cast(inputs, tf.bfloat16), tf.float64).numpy().reshape(-1, 8)
+        dy = tf.cast(tf.cast(output_gradient, tf.bfloat16), tf.float64).numpy().reshape(-1, 40)
+        want = x.T @ dy
+        self.assertAllClose(kernel_gradient, want, rtol=2 ** -7,
+                            atol=2 ** -7 * np.abs(want).max())
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ kernel cannot be built, it runs as TensorFlow ops, the same equations.
 import tensorflow as tf
 
 from psmm_tf.layers import native
+from psmm_tf.layers.dense import weight_gradient
 from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
 
 
@@ -112,11 +113,12 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
                 through_kernel = backprop_through_kernel(dz_all[t])
             dh = carried + tf.cast(through_kernel, wide)
             d_projected = tf.stack(dz_all)
-            # dU = sum_t h_{t-1}^T dz_t, one product over all steps.
+            # dU = sum_t h_{t-1}^T dz_t, one product over all steps (in the faster form for
+            # its dtype: weight_gradient).
             h_prev_all = tf.stack([s[0] for s in saved])
             units = kernel.shape[0]
-            d_kernel = tf.matmul(tf.reshape(h_prev_all, [-1, units]),
-                                 tf.reshape(d_projected, [-1, 4 * units]), transpose_a=True)
+            d_kernel = weight_gradient(tf.reshape(h_prev_all, [-1, units]),
+                                       tf.reshape(d_projected, [-1, 4 * units]))
             return d_projected, tf.cast(dh, low), tf.cast(dc, low), d_kernel
 
         return outputs, backward
