@@ -92,12 +92,12 @@ def weight_gradient(inputs, grad_outputs):
 
     oneDNN's bfloat16 product of this form, whose sum runs over the rows of both, is slow on
     a CPU with bfloat16 products (the AVX512-BF16 EPYC of docs/results.md, "The weights'
-    gradients in the faster form"): `(700, 650)^T (700, 10000)` ran 1.17x faster than in
-    float32, where the product of `(dY^T X)^T`, `(700, 10000)^T (700, 650)`, ran 1.96x faster;
-    `(700, 650)^T (700, 2600)` (an LSTM kernel's) 1.31x against 1.81x. So in bfloat16, on
-    such a CPU, it is taken as the transpose of `dY^T X`: the transpose (TensorFlow's) costs
-    less than the product saves. Elsewhere, and in other dtypes, it is `X^T dY`, as
-    TensorFlow's own gradient of the product takes it; the two differ by float rounding.
+    gradients in the faster form"): the vocabulary head's `(700, 650)^T (700, 10000)` ran
+    1.17-1.21x faster than in float32, the transpose of `(700, 10000)^T (700, 650)`, the
+    transpose included, 1.58-1.73x; an LSTM kernel's `(700, 650)^T (700, 2600)` 1.24-1.29x
+    against 1.65-1.69x. So in bfloat16, on such a CPU, it is taken as the transpose of
+    `dY^T X`. Elsewhere, and in other dtypes, it is `X^T dY`, as TensorFlow's own gradient of
+    the product takes it; the two differ by float rounding.
 
     Args:
         inputs: `(N, in)` `X`.
