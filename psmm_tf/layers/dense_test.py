@@ -33,6 +33,19 @@ def _bias_gradient(layer, inputs, output_gradient):
     raise unittest.SkipTest("TensorFlow and JAX only")
 
 
+def _traced_gradient(layer, inputs, output_gradient, variable):
+    """d(sum(outputs * output_gradient)) / d variable, traced (`tf.function`)."""
+
+    @tf.function
+    def gradient(inputs):
+        with tf.GradientTape() as tape:
+            outputs = layer(inputs)
+            objective = tf.reduce_sum(tf.cast(outputs, tf.float32) * output_gradient)
+        return tape.gradient(objective, variable)
+
+    return gradient(inputs)
+
+
 class DenseTest(testing.TestCase):
 
     def _pair(self, dtype, activation=None):
@@ -85,14 +98,7 @@ class DenseTest(testing.TestCase):
         layer.build((None, None, 8))
         inputs = self.rng.normal(size=(20, 35, 8)).astype("float32")
 
-        @tf.function
-        def bias_gradient(inputs):
-            with tf.GradientTape() as tape:
-                outputs = layer(inputs)
-                objective = tf.reduce_sum(tf.cast(outputs, tf.float32) * rounded)
-            return tape.gradient(objective, layer.bias)
-
-        got = bias_gradient(inputs).numpy()
+        got = _traced_gradient(layer, inputs, rounded, layer.bias).numpy()
         self.assertAllClose(got[0], -350.0, rtol=2 ** -8)
         self.assertAllClose(got, want, rtol=2 ** -8, atol=0.0)
 
@@ -176,14 +182,7 @@ class WeightGradientTest(testing.TestCase):
         inputs = self.rng.normal(size=(20, 35, 8)).astype("float32")
         output_gradient = self.rng.normal(size=(20, 35, 40)).astype("float32")
 
-        @tf.function
-        def gradients(inputs):
-            with tf.GradientTape() as tape:
-                outputs = layer(inputs)
-                objective = tf.reduce_sum(tf.cast(outputs, tf.float32) * output_gradient)
-            return tape.gradient(objective, [layer.kernel, layer.bias])
-
-        kernel_gradient, _ = gradients(inputs)
+        kernel_gradient = _traced_gradient(layer, inputs, output_gradient, layer.kernel)
         self.assertEqual(kernel_gradient.dtype, tf.float32)
         x = tf.cast(tf.cast(inputs, tf.bfloat16), tf.float64).numpy().reshape(-1, 8)
         dy = tf.cast(tf.cast(output_gradient, tf.bfloat16), tf.float64).numpy().reshape(-1, 40)
