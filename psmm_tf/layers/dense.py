@@ -2,8 +2,6 @@
 `affine`, the `x W + b` of psmm_tf's layers; and `weight_gradient`, the `X^T dY` of their
 kernels."""
 
-import functools
-
 import keras
 from keras import ops
 
@@ -123,15 +121,10 @@ def _transposed_form(dtype):
             and not tf.config.list_logical_devices("GPU"))
 
 
-@functools.cache
 def _cpu_has_bfloat16_products():
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = {flag for line in cpuinfo if line.startswith("flags")
-                     for flag in line.split(":", 1)[1].split()}
-    except OSError:
-        return False
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    from psmm_tf.layers import native
+
+    return bool(native.cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def _product_with_weight_gradient(inputs, kernel):

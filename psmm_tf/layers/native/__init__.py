@@ -65,11 +65,25 @@ def is_enabled():
     return _depth["enabled"] > 0 and _depth["disabled"] == 0
 
 
+@functools.cache
+def _cpuinfo_lines():
+    """The lines of /proc/cpuinfo, or None where it cannot be read."""
+    try:
+        return tuple(pathlib.Path("/proc/cpuinfo").read_text().splitlines())
+    except OSError:
+        return None
+
+
+def cpu_flags():
+    """The CPU's instruction-set flags (/proc/cpuinfo's), empty where they cannot be read."""
+    return frozenset(flag for line in _cpuinfo_lines() or () if line.startswith("flags")
+                     for flag in line.split(":", 1)[1].split())
+
+
 def _cpu_signature():
     """The CPU's model and instruction-set flags (the library is built for this CPU)."""
-    try:
-        lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
+    lines = _cpuinfo_lines()
+    if lines is None:
         return platform.processor()
     keep = [line for line in lines if line.startswith(("model name", "flags"))]
     return "\n".join(sorted(set(keep)))
