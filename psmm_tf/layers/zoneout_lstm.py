@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from psmm_tf.layers import native
 from psmm_tf.layers.dense import affine
 from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
 
@@ -192,6 +193,9 @@ class ZoneoutLSTM(keras.layers.Layer):
         if step_mask is not None:
             missing = ops.logical_not(ops.cast(ops.transpose(step_mask), "bool"))[..., None]
         if training and self.zoneout > 0.0:
+            if keras.backend.backend() == "tensorflow" and native.for_trace() is not None:
+                return _native_zoneout_keep(shape, self.zoneout, self.seed_generator,
+                                            step_mask, self.compute_dtype)
             if keras.backend.backend() == "tensorflow":
                 kept = _bernoulli_from_16_bits((2,) + shape, self.zoneout, self.seed_generator)
             else:
@@ -221,6 +225,40 @@ class ZoneoutLSTM(keras.layers.Layer):
         return config
 
 
+def _stateless_seed(seed_generator):
+    """The seed generator's next state as the int32 pair TensorFlow's stateless ops take, as
+    Keras takes it."""
+    import tensorflow as tf
+
+    return tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
+
+
+def _threshold_16_bits(probability):
+    """16-bit draws below it come with `probability`, to the nearest multiple of 2^-16 (at
+    least 2^-16, at most 1 - 2^-16)."""
+    return max(1, min(65535, round(probability * 65536)))
+
+
+def _native_zoneout_keep(shape, probability, seed_generator, step_mask, dtype):
+    """`_zoneout_keep`'s training weights `(T, B, H)` for h and c in one native CPU kernel
+    (`psmm_tf/layers/native/zoneout_keep.cc`): the same draws as `_bernoulli_from_16_bits`, bit
+    for bit (the generator's words from the key and counter TensorFlow makes of the seed), the
+    comparison, the missing positions and the cast in the same pass. The four TensorFlow ops
+    took 2.7-3.4 ms at `medium`, the kernel 1.1-1.3 (docs/results.md, "Zoneout's weights in one
+    pass")."""
+    import tensorflow as tf
+
+    num_steps, batch_size, units = shape
+    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=_stateless_seed(seed_generator))
+    if step_mask is None:
+        missing = tf.zeros((num_steps, batch_size), tf.bool)
+    else:
+        missing = tf.logical_not(tf.cast(tf.transpose(step_mask), tf.bool))
+    return native.library().psmm_zoneout_keep(key, counter, missing, units=units,
+                                              threshold=_threshold_16_bits(probability),
+                                              dtype=dtype)
+
+
 def _bernoulli_from_16_bits(shape, probability, seed_generator):
     """True with `probability` (to the nearest multiple of 2^-16, at least 2^-16), else
     False, drawn on TensorFlow from 16 random bits a number: each 32-bit draw of the stateless
@@ -229,13 +267,11 @@ def _bernoulli_from_16_bits(shape, probability, seed_generator):
     import tensorflow as tf
 
     size = tf.reduce_prod(tf.stack([tf.cast(d, tf.int32) for d in shape]))
-    # The seed generator's state as the int32 pair TF's stateless ops take, as Keras does.
-    seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
-    words = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
+    words = tf.random.stateless_uniform([(size + 1) // 2], _stateless_seed(seed_generator),
+                                        minval=None, maxval=None,
                                         dtype=tf.uint32)
     halves = tf.reshape(tf.bitcast(words, tf.uint16), [-1])
     static_size = tf.get_static_value(size)
     if static_size is None or static_size % 2:  # an odd count: one half more than asked for
         halves = halves[:size]
-    threshold = max(1, min(65535, round(probability * 65536)))
-    return tf.reshape(halves < threshold, shape)
+    return tf.reshape(halves < _threshold_16_bits(probability), shape)

@@ -6,7 +6,7 @@ import tensorflow as tf
 from keras import ops
 
 from psmm_tf import testing
-from psmm_tf.layers import LockedDropout, ZoneoutLSTM, locked_dropout
+from psmm_tf.layers import LockedDropout, ZoneoutLSTM, locked_dropout, native
 
 
 def _sigmoid(x):
@@ -250,6 +250,75 @@ def _outputs_and_gradients(layer, inputs, mask, weights):
         return outputs, h, c, d_x, d_kernel
 
     return [np.asarray(t) for t in call(inputs, mask)]
+
+
+def _keep_from_words(words, shape, threshold, missing):
+    """Zoneout's weights `(2, T, B, H)` from the generator's 32-bit words, as the native
+    kernel's comment states them: word w's low 16 bits are draw 2w, its high 16 bits draw
+    2w + 1; kept where the draw is below `threshold` or the position `(T, B)` is missing."""
+    words = np.asarray(words, np.uint32)
+    draws = np.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(-1)[:np.prod(shape)]
+    return ((draws.reshape(shape) < threshold) | missing[None, :, :, None]).astype(np.float32)
+
+
+@testing.skip_unless_tensorflow("the native kernel of zoneout's weights")
+class NativeZoneoutKeepTest(testing.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        if not testing.has_cxx_compiler():
+            self.skipTest("no C++ compiler: the native kernels are not built")
+        self.library = native.library()
+        self.assertIsNotNone(self.library, "the native kernels failed to build")
+
+    def test_training_weights_are_the_tensorflow_ops_bit_for_bit(self):
+        # The same seed inside `native.enabled()` (the kernel) and outside (TensorFlow's ops):
+        # equal weights, each call's and the next call's, with and without missing positions.
+        step_mask = self.rng.random((5, 7)) > 0.3
+        for units, rate, dtype, mask in ((13, 0.1, "float32", None),
+                                         (650, 0.05, "bfloat16", step_mask),
+                                         (3, 0.5, "float16", step_mask)):
+            ops_layer = ZoneoutLSTM(units, zoneout=rate, seed=11, dtype=dtype)
+            native_layer = ZoneoutLSTM(units, zoneout=rate, seed=11, dtype=dtype)
+            for _ in range(2):
+                expected = ops_layer._zoneout_keep(7, 5, True, mask)
+                with native.enabled():
+                    got = native_layer._zoneout_keep(7, 5, True, mask)
+                for e, g in zip(expected, got, strict=True):
+                    self.assertEqual(g.dtype, e.dtype)
+                    self.assertEqual(g.shape, (7, 5, units))
+                    self.assertAllEqual(tf.cast(g, tf.float32), tf.cast(e, tf.float32))
+
+    def test_draws_tensorflows_words_at_any_counter(self):
+        # Counters whose low 32 bits, and whose low 64 bits, wrap within one call: the kernel
+        # draws 16 calls side by side and must carry as TensorFlow's generator does.
+        steps, batch, units = 3, 4, 45  # 1,080 weights: 135 calls, a batch of 16 and a tail
+        missing = self.rng.random((steps, batch)) < 0.25
+        for low, high in ((2**32 - 7, 5), (2**64 - 70, 2**64 - 1), (123, 456)):
+            key = tf.constant([0x1234_5678_9ABC_DEF0], tf.uint64)
+            counter = tf.constant([low, high], tf.uint64)
+            words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+                shape=[steps * batch * units], key=key, counter=counter, alg=1, dtype=tf.uint32)
+            keep_h, keep_c = self.library.psmm_zoneout_keep(key, counter, missing, units=units,
+                                                            threshold=20000, dtype=tf.float32)
+            expected = _keep_from_words(words, (2, steps, batch, units), 20000, missing)
+            self.assertAllEqual(np.stack([keep_h, keep_c]), expected)
+
+    def test_refuses_bad_inputs(self):
+        key, counter = tf.constant([1], tf.uint64), tf.constant([2, 3], tf.uint64)
+        missing = tf.zeros((2, 3), tf.bool)
+        with self.assertRaisesRegex((tf.errors.InvalidArgumentError, ValueError),
+                                    r"threshold must be in \[1, 65535\], got 65536"):
+            self.library.psmm_zoneout_keep(key, counter, missing, units=4, threshold=65536,
+                                           dtype=tf.float32)
+        with self.assertRaisesRegex((tf.errors.InvalidArgumentError, ValueError),
+                                    "counter must hold 2 elements"):
+            self.library.psmm_zoneout_keep(key, key, missing, units=4, threshold=5,
+                                           dtype=tf.float32)
+        with self.assertRaisesRegex((tf.errors.InvalidArgumentError, ValueError),
+                                    r"missing must be \(steps, batch\), got \[6\]"):
+            self.library.psmm_zoneout_keep(key, counter, tf.zeros((6,), tf.bool), units=4,
+                                           threshold=5, dtype=tf.float32)
 
 
 class LockedDropoutTest(testing.TestCase):

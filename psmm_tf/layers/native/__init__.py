@@ -31,7 +31,8 @@ import subprocess
 import tempfile
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(name)
-                for name in ("zoneout_cell.cc", "target_log_softmax.cc", "sgd_update.cc"))
+                for name in ("zoneout_cell.cc", "zoneout_keep.cc", "recurrent_product.cc",
+                                   "target_log_softmax.cc", "sgd_update.cc"))
 HEADERS = (pathlib.Path(__file__).with_name("kernel_util.h"),)
 
 # Module-wide, not per thread: tf.distribute traces its replicas in threads of their own.
