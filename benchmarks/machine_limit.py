@@ -196,15 +196,16 @@ def matmuls_step(preset, policy, vocab_size):
     else:
         def weight_gradient(x, d):
             return ops.matmul(ops.transpose(x), d)
+    products = recurrent_products(dtype)
 
     def step(a):
+        times_recurrent, times_recurrent_t = products(a)
         x, layer_inputs, layer_outputs = a["inputs"], [], []
         for kernel in a["kernels"]:
             layer_inputs.append(x)
             projected, h, all_h = ops.matmul(x, kernel), a["h0"], []
             for t in range(steps):
-                h = (ops.matmul(h, a["recurrent"]) + projected[t * rows:(t + 1) * rows])[
-                    :, :hidden]
+                h = (times_recurrent(h) + projected[t * rows:(t + 1) * rows])[:, :hidden]
                 all_h.append(h)
             x = ops.concatenate(all_h, axis=0)  # (T B, H): the next layer's input
             layer_outputs.append(x)
@@ -215,9 +216,7 @@ def matmuls_step(preset, policy, vocab_size):
                                     reversed(layer_outputs), strict=True):
             d_gates, all_d = ops.tile(d_x[:rows], (1, 4)), []
             for _ in range(steps):
-                recurrent_t = (ops.transpose(a["recurrent"]) if a["recurrent_t"] is None
-                               else a["recurrent_t"])
-                d_gates = ops.tile(ops.matmul(d_gates, recurrent_t), (1, 4))
+                d_gates = ops.tile(times_recurrent_t(d_gates), (1, 4))
                 all_d.append(d_gates)
             d_all = ops.concatenate(all_d, axis=0)  # (T B, 4H)
             outputs.append(weight_gradient(h_all, d_all)[0, 0])  # dU
@@ -228,6 +227,32 @@ def matmuls_step(preset, policy, vocab_size):
 
     compiled = backend_compiled(step)
     return lambda: float(compiled(arguments))
+
+
+def recurrent_products(dtype):
+    """A function of the step's arguments giving `h -> h U` and `dz -> dz U^T` as the
+    TensorFlow step takes them (`lstm_recurrence_tf`): in bfloat16 on a CPU with AVX512-BF16,
+    psmm_tf's native product on `U` packed once per step (where the native kernels build);
+    else oneDNN's products, `dz U^T` on a stored `U^T` in float32."""
+    from keras import ops
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        from psmm_tf.layers import lstm_recurrence_tf, native
+
+        library = native.library()
+        if library is not None and lstm_recurrence_tf._packed_products(tf.as_dtype(dtype)):
+            return lambda a: tuple(lstm_recurrence_tf._times_packed(library, a["recurrent"],
+                                                                    transpose)
+                                   for transpose in (False, True))
+
+    def products(a):
+        recurrent_t = (ops.transpose(a["recurrent"]) if a["recurrent_t"] is None
+                       else a["recurrent_t"])
+        return (lambda h: ops.matmul(h, a["recurrent"])), (lambda d: ops.matmul(d, recurrent_t))
+
+    return products
 
 
 def largest_product_step(preset, policy, vocab_size):

@@ -57,6 +57,7 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
     wide = tf.float32 if low in (tf.bfloat16, tf.float16) else low
 
     library = native.for_trace(fused_cell)
+    packed = library is not None and _packed_products(low)
 
     @tf.custom_gradient
     def recurrence(projected, h0, c0, kernel):
@@ -70,8 +71,10 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         h, c = tf.cast(h0, wide), tf.cast(c0, wide)
         h_low = h0
         saved, all_h, all_c = [], [], []
+        times_kernel = (_times_packed(library, kernel, transpose=False) if packed
+                        else lambda h: tf.matmul(h, kernel))
         for t in range(steps):
-            product = tf.matmul(h_low, kernel)
+            product = times_kernel(h_low)
             if library is not None:
                 # The activations (i, f, g, o, tanh(c')) as one (B, 5H) tensor.
                 c_prev = c
@@ -91,7 +94,9 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         outputs = (tf.stack(all_h), all_h[state_index], tf.cast(all_c[state_index], low))
 
         def backward(d_all_h, d_h_out, d_c_out):
-            backprop_through_kernel = _times_transposed(kernel)  # only when differentiated
+            backprop_through_kernel = (  # only when differentiated
+                _times_packed(library, kernel, transpose=True) if packed
+                else _times_transposed(kernel))
             d_all_h, d_h_out, d_c_out = (
                 tf.zeros_like(like, dtype=wide) if d is None else tf.cast(d, wide)
                 for d, like in ((d_all_h, outputs[0]), (d_h_out, h0), (d_c_out, c0)))
@@ -163,6 +168,22 @@ def _ops_cell_backward(saved, keep_h, keep_c, low):
         return tf.cast(dz, low), keep_h[t] * dh, keep_c[t] * dc + dc_new * forget[t]
 
     return step
+
+
+def _packed_products(dtype):
+    """Whether the recurrence's products take the native packed kernel: bfloat16 on a CPU with
+    AVX512-BF16 (`psmm_tf/layers/native/recurrent_product.cc`)."""
+    return dtype == tf.bfloat16 and "avx512_bf16" in native.cpu_flags()
+
+
+def _times_packed(library, kernel, transpose):
+    """`x -> x U` (or `x U^T` with `transpose`) for the bfloat16 `(H, 4H)` kernel `U`, packed
+    once for all the steps of the call: oneDNN's bfloat16 product packs it again every step,
+    which at `medium` ran the steps' products at half the rate of the step's large products
+    (docs/results.md, "The recurrent products on a packed kernel")."""
+    packed = library.psmm_pack_bfloat16(kernel, transpose=transpose)
+    columns = kernel.shape[0] if transpose else kernel.shape[1]
+    return lambda x: library.psmm_packed_product(x, packed, columns=columns)
 
 
 def _times_transposed(kernel):
