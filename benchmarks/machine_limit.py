@@ -231,9 +231,9 @@ def matmuls_step(preset, policy, vocab_size):
 
 def recurrent_products(dtype):
     """A function of the step's arguments giving `h -> h U` and `dz -> dz U^T` as the
-    TensorFlow step takes them (`lstm_recurrence_tf`): in bfloat16 on a CPU with AVX512-BF16,
-    psmm_tf's native product on `U` packed once per step (where the native kernels build);
-    else oneDNN's products, `dz U^T` on a stored `U^T` in float32."""
+    TensorFlow step takes them (`lstm_recurrence_tf`): on a CPU with AVX512-BF16 (bfloat16) or
+    AVX-512 (float32), psmm_tf's native product on `U` packed once per step (where the native
+    kernels build); else oneDNN's products, `dz U^T` on a stored `U^T` in float32."""
     from keras import ops
 
     if keras.backend.backend() == "tensorflow":

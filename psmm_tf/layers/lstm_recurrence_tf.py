@@ -5,10 +5,14 @@ TensorFlow's automatic gradient of an unrolled LSTM computes the recurrent kerne
 and, under a mixed policy, casts the kernel and each of those T gradients once per step. The
 backward pass here keeps what must be sequential (each step's `dz_t U^T`) and takes the
 kernel's gradient as one product over all steps, `H_prev^T dZ` (what cuDNN's LSTM does).
-In float32 each step's `dz_t U^T` reads a transposed copy of `U` made once per call: on CPU,
-oneDNN's float32 product with a transposed right operand, `(B, 4H) x (H, 4H)^T` at a small
-batch, ran at under half the rate of the same product on a stored `U^T` (in bfloat16 the
-transposed operand is the faster one; docs/results.md, "The machine's limit").
+In the training steps, on a CPU with AVX-512 (float32) or AVX512-BF16 (bfloat16), each step's
+`h_{t-1} U` and `dz_t U^T` take a native product on `U` and `U^T` packed once per call
+(`psmm_tf/layers/native/recurrent_product.cc`; oneDNN's bfloat16 product packs `U` again at
+every step; docs/results.md, "The recurrent products on a packed kernel"). Elsewhere they are
+oneDNN's, float32's `dz_t U^T` on a transposed copy of `U` made once per call: oneDNN's float32
+product with a transposed right operand, `(B, 4H) x (H, 4H)^T` at a small batch, ran at under
+half the rate of the same product on a stored `U^T` (in bfloat16 the transposed operand is the
+faster one; docs/results.md, "The machine's limit").
 `benchmarks/machine_limit.py` measures it (docs/results.md, "The machine's limit"). The
 numbers are those of the automatic gradient up to float rounding in float32 and float64; under a
 16-bit policy the products are 16-bit and the cell float32, checked against float64
@@ -171,17 +175,19 @@ def _ops_cell_backward(saved, keep_h, keep_c, low):
 
 
 def _packed_products(dtype):
-    """Whether the recurrence's products take the native packed kernel: bfloat16 on a CPU with
-    AVX512-BF16 (`psmm_tf/layers/native/recurrent_product.cc`)."""
-    return dtype == tf.bfloat16 and "avx512_bf16" in native.cpu_flags()
+    """Whether the recurrence's products take the native packed kernel
+    (`psmm_tf/layers/native/recurrent_product.cc`): bfloat16 on a CPU with AVX512-BF16,
+    float32 on one with AVX-512."""
+    flag = {tf.bfloat16: "avx512_bf16", tf.float32: "avx512f"}.get(dtype)
+    return flag is not None and flag in native.cpu_flags()
 
 
 def _times_packed(library, kernel, transpose):
-    """`x -> x U` (or `x U^T` with `transpose`) for the bfloat16 `(H, 4H)` kernel `U`, packed
-    once for all the steps of the call: oneDNN's bfloat16 product packs it again every step,
-    which at `medium` ran the steps' products at half the rate of the step's large products
-    (docs/results.md, "The recurrent products on a packed kernel")."""
-    packed = library.psmm_pack_bfloat16(kernel, transpose=transpose)
+    """`x -> x U` (or `x U^T` with `transpose`) for the `(H, 4H)` kernel `U`, packed once for
+    all the steps of the call: oneDNN's bfloat16 product packs it again every step, which at
+    `medium` ran the steps' products at half the rate of the step's large products (float32:
+    0.65 of it; docs/results.md, "The recurrent products on a packed kernel")."""
+    packed = library.psmm_pack_kernel(kernel, transpose=transpose)
     columns = kernel.shape[0] if transpose else kernel.shape[1]
     return lambda x: library.psmm_packed_product(x, packed, columns=columns)
 

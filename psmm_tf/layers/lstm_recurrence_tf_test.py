@@ -219,26 +219,30 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
         with native.enabled():
             self.assertEqual(native_ops(jit_compile=True), [])
             if testing.has_cxx_compiler():
-                self.assertEqual(native_ops(),
-                                 ["PsmmZoneoutCell", "PsmmZoneoutCellGrad", "PsmmZoneoutKeep"])
+                # The products on a packed kernel where the CPU has AVX-512 (PackedProductTest).
+                packed = (["PsmmPackKernel", "PsmmPackedProduct"]
+                          if "avx512f" in native.cpu_flags() else [])
+                self.assertEqual(native_ops(), sorted(
+                    ["PsmmZoneoutCell", "PsmmZoneoutCellGrad", "PsmmZoneoutKeep"] + packed))
 
 
-def _bfloat16(rng, *shape):
-    return tf.cast(tf.constant(rng.normal(size=shape)), tf.bfloat16)
+def _draw(rng, dtype, *shape):
+    return tf.cast(tf.constant(rng.normal(size=shape)), dtype)
 
 
-def _numpy_packed(b):
+def _numpy_packed(b, group_rows):
     """The packed layout of `recurrent_product.cc`, from its comment:
-    `packed[j, p, c, e] = B[2p + e, 32 j + c]`, zero past B's rows or columns."""
+    `packed[j, p, c, e] = B[g p + e, 32 j + c]`, zero past B's rows or columns."""
     rows, columns = b.shape
-    blocks, pairs = -(-columns // 32), -(-rows // 2)
-    padded = np.zeros((2 * pairs, 32 * blocks), b.dtype)
+    blocks, groups = -(-columns // 32), -(-rows // group_rows)
+    padded = np.zeros((group_rows * groups, 32 * blocks), b.dtype)
     padded[:rows, :columns] = b
-    return padded.reshape(pairs, 2, blocks, 32).transpose(2, 0, 3, 1).reshape(blocks, pairs, 64)
+    return padded.reshape(groups, group_rows, blocks, 32).transpose(2, 0, 3, 1).reshape(
+        blocks, groups, 32 * group_rows)
 
 
-@testing.skip_unless_tensorflow("the native packed bfloat16 product")
-class PackedProductTest(testing.TestCase):
+@testing.skip_unless_tensorflow("the native packed products")
+class PackedProductTest(testing.TestCase, parameterized.TestCase):
 
     def setUp(self):
         super().setUp()
@@ -247,36 +251,43 @@ class PackedProductTest(testing.TestCase):
         self.library = native.library()
         self.assertIsNotNone(self.library, "the native kernels failed to build")
 
-    def test_packs_the_kernel_or_its_transpose_as_documented(self):
+    @parameterized.named_parameters(("bfloat16", tf.bfloat16, 2), ("float32", tf.float32, 1))
+    def test_packs_the_kernel_or_its_transpose_as_documented(self, dtype, group_rows):
         rng = np.random.default_rng(0)
         for rows, columns in ((7, 5), (64, 70), (33, 32), (1, 1)):
-            b = _bfloat16(rng, rows, columns)
-            expected = _numpy_packed(b.numpy())
-            self.assertAllEqual(self.library.psmm_pack_bfloat16(b), expected)
+            b = _draw(rng, dtype, rows, columns)
+            expected = _numpy_packed(b.numpy(), group_rows)
+            self.assertAllEqual(self.library.psmm_pack_kernel(b), expected)
             self.assertAllEqual(
-                self.library.psmm_pack_bfloat16(tf.transpose(b), transpose=True), expected)
+                self.library.psmm_pack_kernel(tf.transpose(b), transpose=True), expected)
 
-    def test_products_equal_float64_within_one_bfloat16_rounding(self):
-        # Rows past a 12-row tile and not a multiple of it, an odd depth (its last element
-        # paired with zero), columns past a 32-column block: a B against float64 sums of the
-        # same bfloat16 numbers, within the output's rounding (2^-8 of the value) and the
-        # float32 sums' error.
+    # Rows past a 12-row tile and not a multiple of it, an odd depth (bfloat16: its last
+    # element paired with zero), columns past a 32-column block: a B against float64 sums of
+    # the same numbers, within the output's rounding (2^-8 of the value in bfloat16, 2^-23 in
+    # float32) and the float32 sums' error.
+    @parameterized.named_parameters(("bfloat16", tf.bfloat16, 2.0**-8),
+                                    ("float32", tf.float32, 2.0**-23))
+    def test_products_equal_float64_within_rounding(self, dtype, rounding):
         rng = np.random.default_rng(1)
         for rows, depth, columns in ((20, 650, 2600), (25, 33, 70), (1, 1, 1), (12, 64, 31),
                                      (13, 2600, 650)):
-            a, b = _bfloat16(rng, rows, depth), _bfloat16(rng, depth, columns)
-            got = self.library.psmm_packed_product(a, self.library.psmm_pack_bfloat16(b),
+            a, b = _draw(rng, dtype, rows, depth), _draw(rng, dtype, depth, columns)
+            got = self.library.psmm_packed_product(a, self.library.psmm_pack_kernel(b),
                                                    columns=columns)
-            self.assertEqual(got.dtype, tf.bfloat16)
-            want = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
-            bound = 2.0**-8 * np.abs(want) + 1e-5 * np.sqrt(depth)
+            self.assertEqual(got.dtype, dtype)
+            a64, b64 = a.numpy().astype(np.float64), b.numpy().astype(np.float64)
+            want = a64 @ b64
+            bound = rounding * np.abs(want) + 2.0**-23 * depth * (np.abs(a64) @ np.abs(b64))
             self.assertTrue(np.all(np.abs(got.numpy().astype(np.float64) - want) <= bound),
                             (rows, depth, columns))
 
-    def test_the_recurrence_takes_it_in_bfloat16_on_a_cpu_with_bfloat16_products(self):
+    @parameterized.named_parameters(("bfloat16", "mixed_bfloat16", "avx512_bf16"),
+                                    ("float32", "float32", "avx512f"))
+    def test_the_recurrence_takes_it_in_training_steps_on_a_cpu_with_the_instructions(
+            self, policy, flag):
         from psmm_tf.layers import ZoneoutLSTM
 
-        layer = ZoneoutLSTM(H, zoneout=0.3, seed=1, dtype="mixed_bfloat16")
+        layer = ZoneoutLSTM(H, zoneout=0.3, seed=1, dtype=policy)
         x = tf.ones((B, T, 5))
 
         def op_types():
@@ -292,8 +303,8 @@ class PackedProductTest(testing.TestCase):
 
         with native.enabled():
             types = op_types()
-        packed = {"PsmmPackBfloat16", "PsmmPackedProduct"}
-        if "avx512_bf16" in native.cpu_flags():
+        packed = {"PsmmPackKernel", "PsmmPackedProduct"}
+        if flag in native.cpu_flags():
             self.assertLessEqual(packed, types)
         else:
             self.assertFalse(packed & types)
@@ -301,12 +312,11 @@ class PackedProductTest(testing.TestCase):
 
     def test_refuses_a_packed_kernel_of_other_shapes(self):
         a = tf.zeros((3, 8), tf.bfloat16)
-        packed = self.library.psmm_pack_bfloat16(tf.zeros((8, 40), tf.bfloat16))
+        packed = self.library.psmm_pack_kernel(tf.zeros((8, 40), tf.bfloat16))
         with self.assertRaisesRegex((tf.errors.InvalidArgumentError, ValueError),
-                                    r"packed must be \(1, 4, 64\) for a of \[3,8\] and 20 "
+                                    r"packed must be \[1,4,64\] for a of \[3,8\] and 20 "
                                     r"columns, got \[2,4,64\]"):
             self.library.psmm_packed_product(a, packed, columns=20)
         with self.assertRaisesRegex((tf.errors.InvalidArgumentError, ValueError),
-                                    r"packed must be \(2, 3, 64\)"):
+                                    r"packed must be \[2,3,64\]"):
             self.library.psmm_packed_product(tf.zeros((3, 6), tf.bfloat16), packed, columns=40)
-

@@ -193,9 +193,10 @@ class ZoneoutLSTM(keras.layers.Layer):
         if step_mask is not None:
             missing = ops.logical_not(ops.cast(ops.transpose(step_mask), "bool"))[..., None]
         if training and self.zoneout > 0.0:
-            if keras.backend.backend() == "tensorflow" and native.for_trace() is not None:
-                return _native_zoneout_keep(shape, self.zoneout, self.seed_generator,
-                                            step_mask, self.compute_dtype)
+            library = native.for_trace() if keras.backend.backend() == "tensorflow" else None
+            if library is not None:  # a training step's graph on CPU
+                return _native_zoneout_keep(library, shape, self.zoneout, self.seed_generator,
+                                            missing, self.compute_dtype)
             if keras.backend.backend() == "tensorflow":
                 kept = _bernoulli_from_16_bits((2,) + shape, self.zoneout, self.seed_generator)
             else:
@@ -239,24 +240,21 @@ def _threshold_16_bits(probability):
     return max(1, min(65535, round(probability * 65536)))
 
 
-def _native_zoneout_keep(shape, probability, seed_generator, step_mask, dtype):
+def _native_zoneout_keep(library, shape, probability, seed_generator, missing, dtype):
     """`_zoneout_keep`'s training weights `(T, B, H)` for h and c in one native CPU kernel
     (`psmm_tf/layers/native/zoneout_keep.cc`): the same draws as `_bernoulli_from_16_bits`, bit
     for bit (the generator's words from the key and counter TensorFlow makes of the seed), the
-    comparison, the missing positions and the cast in the same pass. The four TensorFlow ops
-    took 2.7-3.4 ms at `medium`, the kernel 1.1-1.3 (docs/results.md, "Zoneout's weights in one
-    pass")."""
+    comparison, the `missing` positions `(T, B, 1)` (or None) and the cast in the same pass.
+    The four TensorFlow ops took 2.7-3.4 ms at `medium`, the kernel 1.1-1.3 (docs/results.md,
+    "The recurrent products on a packed kernel, zoneout's weights in one pass")."""
     import tensorflow as tf
 
     num_steps, batch_size, units = shape
     key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=_stateless_seed(seed_generator))
-    if step_mask is None:
-        missing = tf.zeros((num_steps, batch_size), tf.bool)
-    else:
-        missing = tf.logical_not(tf.cast(tf.transpose(step_mask), tf.bool))
-    return native.library().psmm_zoneout_keep(key, counter, missing, units=units,
-                                              threshold=_threshold_16_bits(probability),
-                                              dtype=dtype)
+    missing = (tf.zeros((num_steps, batch_size), tf.bool) if missing is None
+               else missing[..., 0])
+    return library.psmm_zoneout_keep(key, counter, missing, units=units,
+                                     threshold=_threshold_16_bits(probability), dtype=dtype)
 
 
 def _bernoulli_from_16_bits(shape, probability, seed_generator):

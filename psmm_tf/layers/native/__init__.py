@@ -1,7 +1,12 @@
 """Native TensorFlow kernels of psmm_tf, compiled on first use.
 
-Three sources, one library, CPU kernels:
+Five sources, one library, CPU kernels:
 - `zoneout_cell.cc`: one step of the zoneout LSTM cell, forward and backward
+  (`lstm_recurrence_tf` uses it);
+- `zoneout_keep.cc`: zoneout's 0/1 training weights of a layer's h and c in one pass, the
+  draws of TensorFlow's stateless generator bit for bit (`zoneout_lstm` uses it);
+- `recurrent_product.cc`: the recurrence's products `h U` and `dz U^T` on a kernel packed
+  once per call, bfloat16 on CPUs with AVX512-BF16 and float32 on CPUs with AVX-512
   (`lstm_recurrence_tf` uses it);
 - `target_log_softmax.cc`: the target's log-probability of the vocabulary softmax, on 16-bit
   or float32 logits, forward and backward (`target_log_softmax_tf` uses it);
@@ -135,9 +140,10 @@ def runnable():
 
 @functools.cache
 def library():
-    """The op library (`psmm_zoneout_cell`, `psmm_zoneout_cell_grad`,
-    `psmm_target_log_softmax`, `psmm_target_log_softmax_grad`, `psmm_squared_norm`,
-    `psmm_resource_scaled_subtract`), or None where it is turned
+    """The op library (`psmm_zoneout_cell`, `psmm_zoneout_cell_grad`, `psmm_zoneout_keep`,
+    `psmm_pack_kernel`, `psmm_packed_product`, `psmm_target_log_softmax`,
+    `psmm_target_log_softmax_grad`, `psmm_squared_norm`, `psmm_resource_scaled_subtract`,
+    `psmm_resource_scaled_subtract_rows`), or None where it is turned
     off or cannot be built (logged once, with the reason).
 
     Raises:
@@ -164,7 +170,7 @@ def library():
         return tf.load_op_library(str(target))
     except (OSError, RuntimeError, tf.errors.OpError) as error:
         logging.getLogger("psmm_tf").warning(
-            "psmm_tf's native kernels are unavailable (%s); the LSTM cell, the softmax's "
-            "loss and the SGD update run as TensorFlow ops (the same equations, slower on "
-            "CPU).", error)
+            "psmm_tf's native kernels are unavailable (%s); the LSTM cell, zoneout's "
+            "weights, the softmax's loss and the SGD update run as TensorFlow ops (the same "
+            "equations, slower on CPU).", error)
         return None
