@@ -219,6 +219,18 @@ def has_cxx_compiler():
     return shutil.which(native.compiler()) is not None
 
 
+def native_library(test):
+    """psmm_tf's native kernels' library for `test`: the test is skipped where no C++ compiler
+    is on the path, and fails where the kernels do not build."""
+    from psmm_tf.layers import native
+
+    if not has_cxx_compiler():
+        test.skipTest("no C++ compiler: the native kernels are not built")
+    library = native.library()
+    test.assertIsNotNone(library, "the native kernels failed to build")
+    return library
+
+
 def skip_unless_tensorflow(reason="TensorFlow-specific"):
     """Decorator: the test runs only on the TensorFlow backend."""
     import unittest

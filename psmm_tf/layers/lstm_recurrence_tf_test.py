@@ -246,10 +246,7 @@ class PackedProductTest(testing.TestCase, parameterized.TestCase):
 
     def setUp(self):
         super().setUp()
-        if not testing.has_cxx_compiler():
-            self.skipTest("no C++ compiler: the native kernels are not built")
-        self.library = native.library()
-        self.assertIsNotNone(self.library, "the native kernels failed to build")
+        self.library = testing.native_library(self)
 
     @parameterized.named_parameters(("bfloat16", tf.bfloat16, 2), ("float32", tf.float32, 1))
     def test_packs_the_kernel_or_its_transpose_as_documented(self, dtype, group_rows):

@@ -266,10 +266,7 @@ class NativeZoneoutKeepTest(testing.TestCase):
 
     def setUp(self):
         super().setUp()
-        if not testing.has_cxx_compiler():
-            self.skipTest("no C++ compiler: the native kernels are not built")
-        self.library = native.library()
-        self.assertIsNotNone(self.library, "the native kernels failed to build")
+        self.library = testing.native_library(self)
 
     def test_training_weights_are_the_tensorflow_ops_bit_for_bit(self):
         # The same seed inside `native.enabled()` (the kernel) and outside (TensorFlow's ops):

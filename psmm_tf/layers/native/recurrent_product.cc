@@ -93,6 +93,13 @@ void PackBlock(const T* b_values, int64_t rows, int64_t columns, bool transpose,
   }
 }
 
+#if defined(__AVX512F__)
+// The first `width` of 16 lanes (all for 16 or more, none for 0 or fewer).
+inline __mmask16 ColumnMask(int64_t width) {
+  return width >= 16 ? 0xFFFF : width <= 0 ? 0 : (1u << width) - 1;
+}
+#endif
+
 #if defined(__AVX512BF16__)
 // out[r, :width] for `R` rows of bfloat16 `a` from one block of packed columns.
 template <int R>
@@ -122,8 +129,7 @@ void Tile(const Bf16* a_values, int64_t depth, const Bf16* block_values, Bf16* o
   if (depth % 2) {  // an odd depth: its last element paired with zero
     step(whole_pairs, [&](int r) { return static_cast<uint32_t>(a[r * depth + depth - 1]); });
   }
-  const __mmask16 low_mask = width >= 16 ? 0xFFFF : (1u << width) - 1;
-  const __mmask16 high_mask = width >= 32 ? 0xFFFF : width <= 16 ? 0 : (1u << (width - 16)) - 1;
+  const __mmask16 low_mask = ColumnMask(width), high_mask = ColumnMask(width - 16);
   for (int r = 0; r < R; ++r) {
     Bf16* row = out + r * out_stride;
     _mm256_mask_storeu_epi16(row, low_mask, (__m256i)_mm512_cvtneps_pbh(low[r]));
@@ -148,8 +154,7 @@ void Tile(const float* a, int64_t depth, const float* block, float* out, int64_t
       high[r] = _mm512_fmadd_ps(av, b1, high[r]);
     }
   }
-  const __mmask16 low_mask = width >= 16 ? 0xFFFF : (1u << width) - 1;
-  const __mmask16 high_mask = width >= 32 ? 0xFFFF : width <= 16 ? 0 : (1u << (width - 16)) - 1;
+  const __mmask16 low_mask = ColumnMask(width), high_mask = ColumnMask(width - 16);
   for (int r = 0; r < R; ++r) {
     _mm512_mask_storeu_ps(out + r * out_stride, low_mask, low[r]);
     _mm512_mask_storeu_ps(out + r * out_stride + 16, high_mask, high[r]);
