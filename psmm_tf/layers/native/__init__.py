@@ -37,7 +37,7 @@ import tempfile
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(name)
                 for name in ("zoneout_cell.cc", "zoneout_keep.cc", "recurrent_product.cc",
-                                   "target_log_softmax.cc", "sgd_update.cc"))
+                             "target_log_softmax.cc", "sgd_update.cc"))
 HEADERS = (pathlib.Path(__file__).with_name("kernel_util.h"),)
 
 # Module-wide, not per thread: tf.distribute traces its replicas in threads of their own.
@@ -80,6 +80,7 @@ def _cpuinfo_lines():
         return None
 
 
+@functools.cache
 def cpu_flags():
     """The CPU's instruction-set flags (/proc/cpuinfo's), empty where they cannot be read."""
     return frozenset(flag for line in _cpuinfo_lines() or () if line.startswith("flags")

@@ -88,41 +88,34 @@ void PhiloxLanes(const PhiloxRandom::ResultType& counter, const PhiloxRandom::Ke
   _mm512_storeu_si512(words[2], x2);
   _mm512_storeu_si512(words[3], x3);
 }
-#else
-void PhiloxLanes(const PhiloxRandom::ResultType& counter, const PhiloxRandom::Key& key,
-                 uint32_t words[4][kLanes]) {
-  PhiloxRandom generator(counter, key);
-  for (int l = 0; l < kLanes; ++l) {
-    const auto w = generator();
-    for (int j = 0; j < 4; ++j) words[j][l] = w[j];
-  }
-}
 #endif
+
+// A 32-bit word as two 16-bit draws: bits[0] its low half, bits[1] its high half.
+inline void SplitWord(uint32_t word, uint16_t* bits) {
+  bits[0] = static_cast<uint16_t>(word);
+  bits[1] = static_cast<uint16_t>(word >> 16);
+}
 
 // The 16-bit draws [first, first + count) (count a multiple of 8) into `bits`.
 void DrawBits(const PhiloxRandom& start, int64_t first, int64_t count, uint16_t* bits) {
   PhiloxRandom generator = start;
   generator.Skip(first / 8);
   int64_t i = 0;
+#ifdef __AVX512F__
   uint32_t words[4][kLanes];
   while (count - i >= 8 * kLanes) {
     const auto& counter = generator.counter();
     if (counter[0] > UINT32_MAX - (kLanes - 1)) break;  // a carry within the batch: one by one
     PhiloxLanes(counter, generator.key(), words);
     for (int l = 0; l < kLanes; ++l, i += 8) {
-      for (int j = 0; j < 4; ++j) {
-        bits[i + 2 * j] = static_cast<uint16_t>(words[j][l]);
-        bits[i + 2 * j + 1] = static_cast<uint16_t>(words[j][l] >> 16);
-      }
+      for (int j = 0; j < 4; ++j) SplitWord(words[j][l], bits + i + 2 * j);
     }
     generator.Skip(kLanes);
   }
-  for (; i < count; i += 8) {
+#endif
+  for (; i < count; i += 8) {  // one call at a time, as TensorFlow's generator
     const auto w = generator();
-    for (int j = 0; j < 4; ++j) {
-      bits[i + 2 * j] = static_cast<uint16_t>(w[j]);
-      bits[i + 2 * j + 1] = static_cast<uint16_t>(w[j] >> 16);
-    }
+    for (int j = 0; j < 4; ++j) SplitWord(w[j], bits + i + 2 * j);
   }
 }
 
