@@ -27,9 +27,15 @@ Targets (issue "the paper's model as users run it"): PSMM <= LSTM after every ep
 <= 0.90 by epoch 6, no training step after step 20 with perplexity above V, and the LSTM's
 curve at least as good as lstm_standard's per epoch and per hour.
 
+With --report_only it trains nothing and reports on the run folders already under
+--output_dir/<row>/, however they were trained: e.g. the two halves of `psmm-train
+--preset=medium --dataset=ptb --compare_baseline --workdir=DIR` (DIR/psmm and DIR/lstm), each
+to the preset's stopping rule, with their test perplexities once finished.
+
 Usage:
   python benchmarks/side_by_side.py --preset=medium --dataset=ptb \
       --data_dir=../shared/data/ptb --epochs=6 --output_dir=/tmp/psmm_medium_ptb
+  python benchmarks/side_by_side.py --report_only --output_dir=/runs/ptb_medium
 """
 
 import json
@@ -59,6 +65,8 @@ flags.DEFINE_integer("steps_per_epoch", None, "Limit of steps per epoch (shorten
                      lower_bound=1)
 flags.DEFINE_integer("max_eval_tokens", None, "Evaluate on at most this many tokens.",
                      lower_bound=1)
+flags.DEFINE_bool("report_only", False, "Train nothing: report on the runs under "
+                  "--output_dir/<row>/ (e.g. a psmm-train --compare_baseline workdir).")
 flags.DEFINE_list("wikitext_splits", ["train", "valid", "test"], "train,valid,test roles of "
                   "WikiText's files (valid,test,test where wiki.train.tokens is absent).")
 
@@ -137,9 +145,10 @@ def report(out, vocab_size):
     rows = {row: {"curve": row_curve(out / row),
                   "worst_step_after_20": worst_step_after(out / row, EARLY_STEPS)}
             for row in FLAGS.rows}
-    results_path = out / "psmm" / run_files.RESULTS_FILE
-    if results_path.is_file():
-        rows["psmm"]["results"] = json.loads(results_path.read_text())
+    for row in rows:
+        results_path = out / row / run_files.RESULTS_FILE
+        if results_path.is_file():
+            rows[row]["results"] = json.loads(results_path.read_text())
     result = {"command": " ".join(["python benchmarks/side_by_side.py"] + sys.argv[1:]),
               "vocab_size": vocab_size, "rows": rows}
     if "psmm" in rows and "lstm" in rows:
@@ -173,6 +182,20 @@ def markdown(result):
                   f"{n} {r['worst_step_after_20']:.0f}" for n, r in rows.items())]
     if "psmm_never_behind" in result:
         lines.append(f"PSMM <= LSTM after every epoch: {result['psmm_never_behind']}")
+    for n, r in rows.items():
+        learning_rates = [point["learning_rate"] for point in r["curve"]]
+        halvings = [point["epoch"] for previous, point in zip(r["curve"], r["curve"][1:])
+                    if point["learning_rate"] < previous["learning_rate"]]
+        if learning_rates:
+            lines.append(f"{n}: epoch {len(learning_rates)} trained at learning rate "
+                         f"{learning_rates[-1]:g}, the rate lowered after epochs "
+                         f"{[e - 1 for e in halvings] or 'none'}")
+        finished = r.get("results", {})
+        if "test_perplexity" in finished:
+            valid = train_lib.model_valid_perplexity(finished)
+            lines.append(f"{n} finished: {finished['epochs']} epochs, valid {valid:.2f}, "
+                         f"test {finished['test_perplexity']:.2f}, "
+                         f"{finished['train_seconds'] / 3600:.1f} h of training")
     pointer = rows.get("psmm", {}).get("results", {}).get("pointer")
     if pointer:
         lines.append(f"PSMM pointer (valid): gate {pointer['gate_target_in_window']:.3f} when the "
@@ -188,6 +211,14 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"--rows: unknown {unknown}; expected some of {sorted(ROWS)}.")
     out = Path(FLAGS.output_dir)
+    if FLAGS.report_only:
+        missing = [row for row in FLAGS.rows if not (out / row / run_files.CONFIG_FILE).is_file()]
+        if missing:
+            raise app.UsageError(f"--report_only: no run folder for {missing} under {out} "
+                                 f"(expected {out}/<row>/{run_files.CONFIG_FILE}).")
+        result = report(out, run_files.load_config(out / FLAGS.rows[0]).model.vocab_size)
+        print(markdown(result))
+        return
     out.mkdir(parents=True, exist_ok=True)
     vocab_size = None
     for epoch in range(1, FLAGS.epochs + 1):
