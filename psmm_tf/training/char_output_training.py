@@ -127,8 +127,6 @@ class CharOutputConfig:
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ValueError(f"unexpected field(s) {unknown} in a character-output config.")
-        # Written before 0.9, when the character LSTM had no dropout of its own.
-        fields.setdefault("char_dropout", 0.0)
         return cls(**fields)
 
 
