@@ -5,7 +5,7 @@ them in turn, `--repeats` times each (TF JAX TF JAX ...), so that load from else
 alike, and prints the medians. Inside a child the LSTM and the PSMM ("cache" memory, the
 presets' default) steps are interleaved round by round (A B A B ...), so the PSMM/LSTM ratio is
 measured side by side too: its column is the median over all rounds of a round's PSMM step over
-the LSTM step just before it (step times of one child differ from another's by up to 25% on a
+the LSTM step just before it (step times of one child differ from another's on a
 shared VM, so pooled medians of the two rows would mix children). The steps are the package's
 own: `psmm_tf.training.steps.TrainStep` (TensorFlow, XLA off and on) and
 `psmm_tf.jax_train_step.JaxTrainStep` (JAX, always XLA).

@@ -10,7 +10,7 @@ round by round (A B C A B C ...) in this process so that load from elsewhere hit
                 baseline and PSMM with its memory);
   lstm_tf_ops   (TensorFlow, not a default row) the LSTM step with no native kernel
                 (`psmm_tf.layers.native`: the cell and the softmax's loss as TensorFlow ops):
-                what the kernels gain (0.9's `lstm_ops_cell`, when the cell was the only one);
+                what the kernels gain;
   matmuls       only the step's matrix products, in the step's order (each recurrence one
                 product after the other, forward and backward): the floor of the step;
   largest_product  the step's largest product, `(B T, H) x (H, V)`, alone: the machine's

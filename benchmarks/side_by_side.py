@@ -13,8 +13,8 @@ exactly). Rows:
                    PSMM without the warm-up of the pointer's share (the paper's objective from
                    the first update).
   psmm_previous, lstm_previous
-                   the 0.3 medium preset's regime and start (batch 32, BPTT 100, Keras'
-                   initialisers), for the comparison in docs/results.md.
+                   the medium preset's earlier regime and start (batch 32, BPTT 100, Keras'
+                   initialisers, no warm-up), for the comparison in docs/results.md.
   psmm_bf16, lstm_bf16
                    psmm and lstm under the mixed_bfloat16 policy (--mixed_precision).
 
@@ -76,7 +76,7 @@ flags.DEFINE_list("wikitext_splits", ["train", "valid", "test"], "train,valid,te
 STANDARD_MODEL = {"init_scale": 0.05}
 STANDARD_TRAIN = {"batch_size": 20, "num_predicted": 35, "clip_norm": 5.0,
                   "learning_rate": 1.0, "warmup_steps": 0, "pointer_warmup_steps": 0}
-# The 0.3 presets' start: Keras' initialisers, no warm-up; medium and large also trained
+# The presets' earlier start: Keras' initialisers, no warm-up; medium and large also trained
 # batch 32 x BPTT 100 (small's batch 20 x BPTT 35 is unchanged).
 PREVIOUS_MODEL = {"init_scale": None}
 PREVIOUS_TRAIN = {"warmup_steps": 0, "pointer_warmup_steps": 0}

@@ -9,7 +9,7 @@ compilation mode.
 Variants per preset and jit mode:
   lstm                  the softmax LSTM, T-token windows
   psmm_cache            PSMM, T-token windows, memory of the last L - 1 states carried
-  psmm_recompute_C=L    PSMM, windows of L context + T predicted tokens (about 2x the LSTM)
+  psmm_recompute_C=L    PSMM, windows of L context + T predicted tokens
 
 Large vocabularies (--large_vocab): the `small` PSMM at V = 267,735 (WikiText-103) with the
 full softmax, the importance-sampled softmax and the CNN softmax; step times interleaved in this

@@ -104,7 +104,7 @@ def _parse_flags(argv):
     """Parses `argv` into EXPORT_FLAGS (app.run's flags_parser); see `psmm_tf.cli`."""
     old_version = [arg for arg in argv[1:] if arg.startswith("--version=")
                    and arg.split("=", 1)[1].isdigit()]
-    if old_version:  # the version folder's flag before 0.2: now --model_version
+    if old_version:  # 0.1.0's flag for the version folder: now --model_version
         cli.usage_error(PROGRAM, f"{old_version[0]}: --version prints the psmm_tf version; the "
                         "version folder to write is --model_version=N.")
     return cli.parse(argv, FLAGS, program=PROGRAM, doc=__doc__, module_name=__name__)

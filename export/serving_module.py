@@ -62,8 +62,8 @@ from psmm_tf.export.next_word import next_word, top_words
 from psmm_tf.layers import CharacterEmbedding
 from psmm_tf.models.tokenizer import spell_tokens
 
-# Tokens of one request (B x T): ~2 GB of activations at V = 10,000 (a 100,000-word text grew a
-# server to 11.8 GB and died).
+# Tokens of one request (B x T): the activations grow as B x T x V, and an unbounded request
+# can exhaust the server's memory (docs/hostile_inputs.md, row 85).
 DEFAULT_MAX_TOKENS = 20_000
 _FLOAT_STATES = ("lstm_state", "memory_hidden", "cache_hidden")
 _STATE_DTYPES = (tf.float32, tf.float32, tf.int32, tf.bool, tf.int32)

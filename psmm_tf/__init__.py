@@ -8,7 +8,7 @@ psmm-score, the serving module), with `cli` their shared flag handling.
 registers every serialisable class with Keras.
 """
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"
 
 import os as _os  # noqa: E402
 import sys as _sys  # noqa: E402

@@ -169,9 +169,9 @@ class TrainConfig:
     pointer_clip_norm: float | None = 0.25
     # When set, a character-CNN input embedding's variables (`input_embedding="chars"`) are
     # clipped by their own global norm at this value, apart from `clip_norm`'s group: under one
-    # joint norm the CNN's large gradients take the whole budget and the model stalls (PTB
-    # `small`: 278.63 valid after 4 epochs, against 169.10 with its own norm of 1;
-    # docs/results.md). None: the joint norm. No effect on models reading ids.
+    # joint norm the CNN's large gradients take the whole budget and the model stalls
+    # (docs/results.md, "Character-CNN word inputs"). None: the joint norm. No effect on models
+    # reading ids.
     char_cnn_clip_norm: float | None = 1.0
     # Weight of eq. 9's pointer term -log(g + sum_{i: x_i = y} a_i) in the objective. The paper
     # uses 1; 0 (the default) trains on the mixture's negative log-likelihood alone. The term's

@@ -1,7 +1,7 @@
 r"""psmm-train: trains a pointer sentinel mixture model (or its LSTM baseline); resumes runs.
 
 Usage examples:
-  # Two to three minutes on a 2-core CPU: PSMM and its LSTM baseline on the synthetic corpus.
+  # PSMM and its LSTM baseline on the synthetic corpus (the README's quick start).
   psmm-train --preset=small --dataset=synthetic --epochs=2 --compare_baseline \
       --workdir=/tmp/psmm_quickstart
 

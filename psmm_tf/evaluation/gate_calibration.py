@@ -1,10 +1,9 @@
 """Calibrating a trained sentinel's gate on held-out text (Platt scaling of its logit).
 
 The gate `g = sigmoid(l)`, `l = q . s - log sum_i exp(z_i)` (paper eq. 7-8), is learnt on the
-training text. Measured on trained `small` models (docs/results.md), it is overconfident on new
-text (and, less, on the training text itself): the mixture's held-out likelihood is best with
-`g' = sigmoid(scale * l + bias)` for a `scale` of 0.3-0.5, fitted on PTB's validation split or
-half of a WikiText test split and scored on the other part. Both numbers are fitted here,
+training text, and can be overconfident on new text: the mixture's held-out likelihood may be
+better with `g' = sigmoid(scale * l + bias)`, `scale` below 1 (docs/results.md, "Quality at
+`small`"). Both numbers are fitted here,
 by the mixture's negative log-likelihood
 
     -log(g' p_vocab(y) + (1 - g') r(y)),

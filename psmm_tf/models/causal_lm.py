@@ -30,7 +30,6 @@ from keras import ops
 from psmm_tf.configs import TrainConfig
 from psmm_tf.layers import native
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
-from psmm_tf.models.tokenizer import VOCABULARY_ASSET
 
 # A preset folder holds the model's `.keras` file and its metadata; a psmm-train run folder
 # (`psmm_tf.workdir`) holds the same model file, so it loads as a preset too.
@@ -210,16 +209,6 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         attribute, not a variable) calls it."""
         self.__dict__["_scoring_functions"] = {}
         self.generate_function = None
-
-    def load_assets(self, dir_path):
-        # `.keras` files saved before 0.5 kept the preprocessor's vocabulary under
-        # `layers/<its name>/`; the tokenizer reads its own folder in later files.
-        preprocessor = self.preprocessor
-        if preprocessor is None or dir_path is None:
-            return
-        path = os.path.join(dir_path, "layers", preprocessor.name, VOCABULARY_ASSET)
-        if os.path.isfile(path):
-            preprocessor.set_vocabulary(path)
 
     # --- presets ----------------------------------------------------------------------------
 

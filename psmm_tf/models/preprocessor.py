@@ -188,9 +188,9 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config.pop("vocabulary", None)  # files before 0.5: the vocabulary is an asset
-        return super().from_config(config)
+        # keras-hub's `from_config` deserialises the tokenizer into the dict it is given: a copy,
+        # so the caller's config stays as it was.
+        return super().from_config(dict(config))
 
 
 def _as_str(text):

@@ -1,8 +1,6 @@
 """keras-hub's shape: a backbone given to the task, a preprocessor in the .keras file, checks."""
 
-import json
 import os
-import zipfile
 
 import keras
 import numpy as np
@@ -92,33 +90,6 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         path = os.path.join(self.get_temp_dir(), "model.keras")
         model.save(path)
         loaded = keras.saving.load_model(path)
-        self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
-        self.assertAllClose(loaded.score_text("the cat sat")["log_probs"],
-                            model.score_text("the cat sat")["log_probs"], atol=1e-6)
-
-    def test_a_keras_file_saved_before_keras_hub_preprocessing_loads(self):
-        # Before 0.5 the preprocessor was a plain layer: its config held no tokenizer, and its
-        # vocabulary was saved under assets/layers/<its name>/. Such a file is rebuilt here
-        # from a new one and must load and score the same.
-        model = _task()
-        new = os.path.join(self.get_temp_dir(), "new.keras")
-        old = os.path.join(self.get_temp_dir(), "old.keras")
-        model.save(new)
-        with zipfile.ZipFile(new) as source, zipfile.ZipFile(old, "w") as target:
-            for name in source.namelist():
-                data = source.read(name)
-                if name == "config.json":
-                    config = json.loads(data)
-                    preprocessor = config["config"]["preprocessor"]["config"]
-                    for key in ("tokenizer", "config_file", "sequence_length"):
-                        del preprocessor[key]
-                    preprocessor["vocabulary"] = None
-                    data = json.dumps(config)
-                elif name == "assets/preprocessor/tokenizer/vocabulary.txt":
-                    # The folder is named after the layer (a Keras auto-name in old files).
-                    name = f"assets/layers/{model.preprocessor.name}/vocabulary.txt"
-                target.writestr(name, data)
-        loaded = keras.saving.load_model(old)
         self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
         self.assertAllClose(loaded.score_text("the cat sat")["log_probs"],
                             model.score_text("the cat sat")["log_probs"], atol=1e-6)

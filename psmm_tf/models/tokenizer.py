@@ -251,8 +251,7 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
             self.vocabulary.save(f"{dir_path}/{VOCABULARY_ASSET}")
 
     def load_assets(self, dir_path):
-        # Files saved before 0.5 have no tokenizer folder: their preprocessor sets the
-        # vocabulary (`LanguageModelPreprocessor.load_assets`).
+        # A tokenizer saved without a vocabulary wrote no asset.
         if dir_path is not None and tf.io.gfile.exists(f"{dir_path}/{VOCABULARY_ASSET}"):
             self.set_vocabulary(Vocabulary.load(f"{dir_path}/{VOCABULARY_ASSET}"))
 

@@ -71,8 +71,8 @@ class CharOutputConfig:
     # Dropout on the character LSTM's inputs and outputs in training, one mask per word.
     char_dropout: float = 0.0
     # Adam's learning rate, halved after an epoch whose validation perplexity is not better.
-    # With 128 shuffled words an update, 3e-3 reached 2,212 in three minutes on the WikiText
-    # set where 1e-2 was at 4,440 (docs/results.md, "Shuffled updates").
+    # 3e-3 suits 128 shuffled words an update better than 1e-2 (docs/results.md, "Shuffled
+    # updates").
     learning_rate: float = 3e-3
     # Global norm limit of the gradient of the mean per-word loss.
     clip_norm: float = 5.0
@@ -127,8 +127,6 @@ class CharOutputConfig:
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ValueError(f"unexpected field(s) {unknown} in a character-output config.")
-        # Written before 0.9, when the character LSTM had no dropout of its own.
-        fields.setdefault("char_dropout", 0.0)
         return cls(**fields)
 
 

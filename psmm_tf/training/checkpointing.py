@@ -21,9 +21,10 @@ A checkpoint holds, under these keys:
     schedule    `PlateauSchedule`: learning rate, best / previous perplexity, bad epochs
     progress    epoch, step within it (the next window to read), global step
     carry       the LSTM state and pointer memory carried into that next window, global rows
-    vocabulary  (since 0.4) the sha256 of the run's vocabulary tokens (`vocab.sha256`'s), so a
-                checkpoint is checked against the vocabulary it is loaded with
-                (`check_checkpoint_vocabulary`), not only against a file beside it
+    vocabulary  the sha256 of the run's vocabulary tokens (`vocab.sha256`'s), so a checkpoint
+                is checked against the vocabulary it is loaded with
+                (`check_checkpoint_vocabulary`), not only against a file beside it;
+                0.1.0's checkpoints have no such key and are checked by `vocab.sha256` alone
 Under `model` are every weight and the state of every dropout / zoneout / sampling
 `SeedGenerator` (`track_random_states` gives each layer with one a `tf.Module` holding its
 state), so a resumed run draws the masks an uninterrupted one draws.
@@ -146,7 +147,7 @@ VOCABULARY_KEY = "vocabulary/.ATTRIBUTES/VARIABLE_VALUE"
 
 def check_checkpoint_vocabulary(path, vocabulary_sha256, error=ValueError):
     """Raises `error` when checkpoint `path` records another vocabulary than the one whose
-    tokens hash to `vocabulary_sha256` (checkpoints written before 0.4 record none)."""
+    tokens hash to `vocabulary_sha256` (0.1.0's checkpoints record none)."""
     reader = tf.train.load_checkpoint(str(path))
     if not reader.has_tensor(VOCABULARY_KEY):
         return

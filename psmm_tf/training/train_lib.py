@@ -98,7 +98,7 @@ class _Run:
 
     def restore(self):
         """Restores the latest checkpoint of the chief's directory, if any; returns its path."""
-        # Every object but the vocabulary's hash, which checkpoints before 0.4 lack: it is
+        # Every object but the vocabulary's hash, which 0.1.0's checkpoints lack: it is
         # checked on its own.
         path = checkpointing.restore_latest(
             checkpointing.make_checkpoint(self.model, self.optimizer, self.schedule,
