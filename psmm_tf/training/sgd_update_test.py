@@ -5,9 +5,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from psmm_tf import native
 from psmm_tf.configs import ModelConfig
 from psmm_tf.gradients import squared_norm
-from psmm_tf.layers import native
 from psmm_tf.models import build_model
 from psmm_tf.training import sgd_update
 from psmm_tf.training.steps import TrainStep
