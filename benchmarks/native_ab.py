@@ -76,13 +76,15 @@ def main(argv):
                 run()
 
         runners[name] = runner
-    times = {name: float(np.median(t))
-             for name, t in step_setup.interleaved_times(runners, FLAGS.rounds).items()}
+    samples = step_setup.interleaved_times(runners, FLAGS.rounds)
+    times = {name: float(np.median(t)) for name, t in samples.items()}
     print(f"preset {FLAGS.preset} {FLAGS.kind} {FLAGS.policy}: B={preset.train.batch_size} "
           f"T={preset.train.num_predicted} V={FLAGS.vocab_size}; medians of {FLAGS.rounds} "
           f"interleaved steps")
     for name, seconds in times.items():
-        print(f"  {name:30} {1000 * seconds:8.1f} ms")
+        low, high = np.percentile(samples[name], [25, 75])
+        print(f"  {name:30} {1000 * seconds:8.1f} ms  (quartiles {1000 * low:.1f}-"
+              f"{1000 * high:.1f})")
     print(f"{'kernel':20} {'alone':>8} {'in context':>11}   (share of the step it saves)")
     for kernel in kernels:
         alone = 1 - times[f"only:{kernel}"] / times["none"]

@@ -145,6 +145,7 @@ class FlagsToConfigTest(tf.test.TestCase):
             (["--dropout=1.0"], bad_value, r"--dropout=1.0: must be a probability"),
             (["--pointer_memory=stale"], bad_value, r"recompute\|cache"),
             (["--jit_compile=maybe"], bad_value, r"auto\|on\|off"),
+            (["--native="], bad_value, r"auto\|on\|off"),
             (["--learning_rate=-1"], bad_value,
              r"--learning_rate=-1.0: must be a finite number > 0"),
             (["--pointer_clip_norm=-1"], bad_value,

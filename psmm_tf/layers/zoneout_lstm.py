@@ -47,9 +47,8 @@ class ZoneoutLSTM(keras.layers.Layer):
             Keras' LSTM); False starts every bias at 0 (Zaremba et al. 2014).
         scan_unroll: optional positive int. Steps of the recurrence per iteration of the scan
             that runs it on JAX (and on TensorFlow for a length known only at run time). None:
-            `ACCELERATOR_SCAN_UNROLL` steps where JAX runs on a GPU or TPU, 1 elsewhere (on an
-            H100, 5 steps an iteration took the `medium` training step to 0.76-0.83 of its
-            time, the same numbers; docs/results.md). Only speed and compile time depend on it.
+            `ACCELERATOR_SCAN_UNROLL` steps where JAX runs on a GPU or TPU, 1 elsewhere (the
+            same numbers; docs/results.md). Only speed and compile time depend on it.
 
     Call arguments:
         inputs: float `(batch_size, T, input_dim)`.

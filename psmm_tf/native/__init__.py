@@ -23,10 +23,14 @@ never builds them. psmm-train sets it from `TrainConfig.native` (`--native`); a 
 user calls `configure`:
 
 ```python
+import dataclasses
+
 import psmm_tf
 
-psmm_tf.native.configure(mode="off")            # TensorFlow ops only
-psmm_tf.native.configure(mode="on", cache_dir="~/.cache/psmm_tf", compiler="clang++")
+previous = psmm_tf.native.configure(mode="off")  # TensorFlow ops only, nothing built
+assert psmm_tf.native.library() is None
+# e.g. configure(mode="on", cache_dir="~/.cache/psmm_tf", compiler="clang++")
+psmm_tf.native.configure(**dataclasses.asdict(previous))
 ```
 
 A graph holding the kernels runs only where their library is loaded, which a SavedModel for TF
@@ -191,15 +195,15 @@ def _load():
         return error
 
 
-def _unavailable(reason, mode):
+def _unavailable(reason, mode, level=logging.WARNING):
     """None, after one log line per reason ("auto"); raises under "on"."""
     if mode == "on":
         raise NativeKernelsUnavailable(f"native='on' but psmm_tf's native kernels cannot run: "
                                        f"{reason}. Use native='auto' or 'off'.")
     if reason not in _logged:
         _logged.add(reason)
-        _log.warning("psmm_tf native kernels not used (%s); the same equations run as "
-                     "TensorFlow ops.", reason)
+        _log.log(level, "psmm_tf native kernels not used (%s); the same equations run as "
+                 "TensorFlow ops.", reason)
     return None
 
 
@@ -255,9 +259,9 @@ def library_for(kernel, dtype=None, use=None):
     if keras.backend.backend() != "tensorflow":
         return None
     if _scopes["jit"] > 0:
-        return _unavailable("the step is XLA-compiled (jit_compile)", mode)
+        return _unavailable("the step is XLA-compiled (jit_compile)", mode, logging.INFO)
     import tensorflow as tf
 
     if tf.config.list_logical_devices("GPU"):
-        return _unavailable("a GPU is present: they are CPU kernels", mode)
+        return _unavailable("a GPU is present: they are CPU kernels", mode, logging.INFO)
     return library(mode)

@@ -228,6 +228,16 @@ class SwitchTest(unittest.TestCase):
             self.assertIsNone(native.library_for("zoneout_cell"))
         self.assertEqual(os.listdir(self.tmp), [])
 
+    def test_psmm_train_with_on_where_they_cannot_build_writes_nothing(self):
+        from psmm_tf.training import run_setup, train_lib
+
+        workdir = pathlib.Path(self.tmp) / "run"
+        config = configs.get_preset("tiny").replace(train={"native": "on"})
+        with self.assertRaisesRegex(run_setup.RunRefusedError, r"native='on' .*not found on "
+                                                               r"the PATH"):
+            train_lib.run(config, workdir)
+        self.assertFalse(workdir.exists())
+
     def test_an_xla_step_never_gets_the_kernels_and_on_says_so(self):
         with native.enabled("on", jit_compile=True), self.assertRaisesRegex(
                 native.NativeKernelsUnavailable, r"XLA-compiled \(jit_compile\)"):
