@@ -8,8 +8,10 @@ elsewhere hits all alike:
   only:K        kernel K alone;
   all_but:K     every kernel but K.
 Printed per kernel K: its share of the step alone, `1 - only:K / none`, and in context,
-`1 - all / all_but:K` (what removing it would cost). #47 keeps a kernel only where it gains at
-least 3% of the step on the CPUs it targets (docs/results.md, "Native kernels: per-kernel A/B").
+`1 - all / all_but:K` (what removing it would cost), each the median over rounds of the ratio
+of the two rows' steps in that round (paired: a round's load hits both), with its quartiles.
+Issue 47 keeps a kernel only where it gains at least 3% of the step on the CPUs it targets
+(docs/results.md, "Native kernels: per-kernel A/B").
 Kernels written for other CPUs (the packed recurrent products need AVX-512 for float32 and
 AVX512-BF16 for bfloat16) are named and not measured.
 
@@ -49,6 +51,13 @@ def measured_kernels(native, compute_dtype):
     return kept, skipped
 
 
+def _paired_share(with_kernel, without):
+    """`1 - with / without` per round: its median and quartiles, in percent, as text."""
+    shares = 100 * (1 - np.asarray(with_kernel) / np.asarray(without))
+    low, median, high = np.percentile(shares, [25, 50, 75])
+    return f"{median:5.1f}% [{low:5.1f}, {high:5.1f}]"
+
+
 def main(argv):
     del argv
     from psmm_tf import native
@@ -85,12 +94,13 @@ def main(argv):
         low, high = np.percentile(samples[name], [25, 75])
         print(f"  {name:30} {1000 * seconds:8.1f} ms  (quartiles {1000 * low:.1f}-"
               f"{1000 * high:.1f})")
-    print(f"{'kernel':20} {'alone':>8} {'in context':>11}   (share of the step it saves)")
+    print(f"{'kernel':20} {'alone':>22} {'in context':>22}   (share of the step it saves: "
+          f"median [quartiles] of the rounds' paired ratios)")
     for kernel in kernels:
-        alone = 1 - times[f"only:{kernel}"] / times["none"]
-        context = 1 - times["all"] / times[f"all_but:{kernel}"]
-        print(f"{kernel:20} {100 * alone:7.1f}% {100 * context:10.1f}%")
-    print(f"{'all kernels':20} {100 * (1 - times['all'] / times['none']):7.1f}%")
+        alone = _paired_share(samples[f"only:{kernel}"], samples["none"])
+        context = _paired_share(samples["all"], samples[f"all_but:{kernel}"])
+        print(f"{kernel:20} {alone:>22} {context:>22}")
+    print(f"{'all kernels':20} {_paired_share(samples['all'], samples['none']):>22}")
     for kernel, reason in skipped.items():
         print(f"{kernel:20} not measured: {reason}")
 

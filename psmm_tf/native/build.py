@@ -37,7 +37,9 @@ EXPECTED_OPS = ("psmm_zoneout_cell", "psmm_zoneout_cell_grad", "psmm_zoneout_kee
                 "psmm_target_log_softmax_grad", "psmm_squared_norm",
                 "psmm_resource_scaled_subtract", "psmm_resource_scaled_subtract_rows")
 PREFIX = "psmm_tf_kernels-"
-BUILD_TIMEOUT_S = 600
+# Seconds a build may take (about a minute and a half on an idle 2-core machine, several on a
+# loaded one).
+BUILD_TIMEOUT_S = 900
 CXX_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w")
 
 _log = logging.getLogger("psmm_tf")
@@ -184,8 +186,8 @@ def _build(tf, compiler, target, timeout):
     header = pathlib.Path(tf.sysconfig.get_include()) / "tensorflow/core/framework/op_kernel.h"
     if not header.exists():
         raise Unavailable(f"TensorFlow's C++ headers are missing: no {header}")
-    _log.warning("building psmm_tf native kernels into %s with %s (first use; a minute or "
-                 "two) ...", target, compiler)
+    _log.warning("building psmm_tf native kernels into %s with %s (first use; minutes) ...",
+                 target, compiler)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f"{PREFIX}tmp-") as scratch:
         output = pathlib.Path(scratch) / target.name
@@ -200,6 +202,8 @@ def _build(tf, compiler, target, timeout):
     for old in target.parent.glob(f"{PREFIX}*.so"):
         if old != target:
             _remove(old)
+    for scratch in target.parent.glob(f"{PREFIX}tmp-*"):  # of builders killed (we hold the lock)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _check_ops(library, target):

@@ -126,10 +126,12 @@ class LoaderTest(unittest.TestCase):
         build._sidecar(old).write_text("x\n")
         unrelated = self.cache / "notes.txt"
         unrelated.write_text("mine")
+        (self.cache / "psmm_tf_kernels-tmp-killed").mkdir()  # a builder killed midway
         self.load()
         (first,) = self.cache.glob("psmm_tf_kernels-*.so")
         self.assertNotEqual(first, old)
         self.assertFalse(build._sidecar(old).exists())
+        self.assertFalse((self.cache / "psmm_tf_kernels-tmp-killed").exists())
         self.assertEqual(unrelated.read_text(), "mine")
         with mock.patch.dict(os.environ, {"FAKE_VERSION": "fake-c++ 2.0"}):
             self.load()
