@@ -168,6 +168,22 @@ class FlagsToConfigTest(tf.test.TestCase):
                     _parse("--workdir=/tmp/w", *args)
 
 
+class NativeSettingsTest(tf.test.TestCase):
+    def test_psmm_train_passes_cxx_and_psmm_tf_cache_to_the_library(self):
+        from psmm_tf import native
+        from psmm_tf.trainers import config_flags
+
+        old = native.settings()
+        try:
+            config_flags.configure_native({"PSMM_TF_CACHE": "~/kernels", "CXX": "clang++"})
+            self.assertEqual((native.settings().cache_dir, native.settings().compiler),
+                             ("~/kernels", "clang++"))
+            config_flags.configure_native({})  # unset: left as they are
+            self.assertEqual(native.settings().compiler, "clang++")
+        finally:
+            native.configure(mode=old.mode, cache_dir=old.cache_dir, compiler=old.compiler)
+
+
 class InputOutputGateFlagsTest(tf.test.TestCase):
     def setUp(self):
         super().setUp()

@@ -54,7 +54,7 @@ KERNELS = ("zoneout_cell", "zoneout_keep", "recurrent_product", "target_log_soft
            "sgd_update")
 DEFAULT_CACHE_DIR = "~/.cache/psmm_tf"
 DEFAULT_COMPILER = "g++"
-# The dtypes each kernel reads (None: any the caller passes).
+# The dtypes a kernel reads (a kernel not listed: whatever its caller passes).
 _DTYPES = {"target_log_softmax": ("bfloat16", "float16", "float32"),
            "sgd_update": ("bfloat16", "float16", "float32"),
            "recurrent_product": ("bfloat16", "float32")}
