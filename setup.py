@@ -67,7 +67,7 @@ setup(
     # kernels' sources, compiled on first use.
     package_data={"psmm_tf.export": ["models.config", "batching_parameters.txt"],
                   "psmm_tf.data": ["checksums.tsv"],
-                  "psmm_tf.layers.native": ["*.cc", "*.h"]},
+                  "psmm_tf.native": ["*.cc", "*.h"]},
     cmdclass={"build_py": BuildPyWithoutTests},
     install_requires=[
         # Tested with TensorFlow 2.21; Keras 3 needs TensorFlow >= 2.16. The upper bound is

@@ -9,8 +9,8 @@ round by round (A B C A B C ...) in this process so that load from elsewhere hit
   lstm, psmm    psmm_tf's own step (`TrainStep` on TensorFlow, `JaxTrainStep` on JAX: the LSTM
                 baseline and PSMM with its memory);
   lstm_tf_ops   (TensorFlow, not a default row) the LSTM step with no native kernel
-                (`psmm_tf.layers.native`: the cell and the softmax's loss as TensorFlow ops):
-                what the kernels gain;
+                (`psmm_tf.native`: the cell and the softmax's loss as TensorFlow ops):
+                what the kernels gain (per kernel: benchmarks/native_ab.py);
   matmuls       only the step's matrix products, in the step's order (each recurrence one
                 product after the other, forward and backward): the floor of the step;
   largest_product  the step's largest product, `(B T, H) x (H, V)`, alone: the machine's
@@ -239,10 +239,11 @@ def recurrent_products(dtype):
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        from psmm_tf.layers import lstm_recurrence_tf, native
+        from psmm_tf import native
+        from psmm_tf.layers import lstm_recurrence_tf
 
-        library = native.library()
-        if library is not None and lstm_recurrence_tf._packed_products(tf.as_dtype(dtype)):
+        library = native.library_for("recurrent_product", tf.as_dtype(dtype), use=True)
+        if library is not None:
             return lambda a: tuple(lstm_recurrence_tf._times_packed(library, a["recurrent"],
                                                                     transpose)
                                    for transpose in (False, True))
@@ -294,7 +295,7 @@ def own_step(preset, batch, row, policy, vocab_size):
     run = step_setup.tensorflow_step(model, optimizer, batch, settings)
     if not tf_ops:
         return run
-    from psmm_tf.layers import native
+    from psmm_tf import native
 
     def run_without_native():
         with native.disabled():  # the first call traces the step

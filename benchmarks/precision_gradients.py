@@ -24,10 +24,10 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+from psmm_tf import native
 from psmm_tf.data.pipeline import training_windows
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import load_trained_run
-from psmm_tf.layers import native
 from psmm_tf.losses import per_target_losses
 from psmm_tf.models import build_model
 

@@ -1,9 +1,10 @@
 """psmm_tf: pointer sentinel mixture language models in TensorFlow/Keras.
 
-Subpackages: `layers` (the pointer, mixture ops, LSTM parts), `losses`, `models`, `data`,
-`training`, `evaluation` (exact perplexity, the neural cache, reports), `configs`; the
-command-line programs in `trainers` (psmm-train, psmm-evaluate) and `export` (psmm-export,
-psmm-score, the serving module), with `cli` their shared flag handling.
+Subpackages: `native` (optional native CPU kernels of the training step, one switch:
+`psmm_tf.native.configure`), `layers` (the pointer, mixture ops, LSTM parts), `losses`,
+`models`, `data`, `training`, `evaluation` (exact perplexity, the neural cache, reports),
+`configs`; the command-line programs in `trainers` (psmm-train, psmm-evaluate) and `export`
+(psmm-export, psmm-score, the serving module), with `cli` their shared flag handling.
 `__version__` is the package version (setup.py reads it from here). Importing `psmm_tf`
 registers every serialisable class with Keras.
 """
@@ -23,4 +24,4 @@ if _native_logs.wanted_for(_sys.argv[0] if _sys.argv else "", _os.environ):
 # Importing the package registers every serialisable class (layers, losses, models, the
 # tokenizer and the preprocessor) with Keras, so `keras.saving.load_model(path)` works after
 # `import psmm_tf` on any backend, with safe_mode on; `psmm_tf.configs` holds the presets.
-from psmm_tf import configs, layers, losses, models  # noqa: E402,F401
+from psmm_tf import configs, layers, losses, models, native  # noqa: E402,F401

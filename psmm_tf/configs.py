@@ -21,6 +21,8 @@ import json
 DATASETS = ("synthetic", "ptb", "wikitext2", "wikitext103", "text")
 POINTER_MEMORY_MODES = ("recompute", "cache")
 JIT_COMPILE_MODES = ("auto", "on", "off")
+# psmm_tf's native CPU kernels in the training step (`psmm_tf.native`).
+NATIVE_MODES = ("auto", "on", "off")
 SOFTMAX_KINDS = ("full", "sampled", "cnn")
 INPUT_EMBEDDINGS = ("ids", "chars")
 OPTIMIZERS = ("sgd", "adam")
@@ -204,6 +206,11 @@ class TrainConfig:
     # XLA compilation of the training and evaluation steps: "auto" (on where a GPU is present,
     # off on a CPU, where it is slower for these LSTMs: docs/results.md), "on" or "off".
     jit_compile: str = "auto"
+    # psmm_tf's native CPU kernels in the training step (`psmm_tf.native`, like Keras'
+    # `use_cudnn`): "auto" uses them where they build and run, else TensorFlow ops with one log
+    # line naming why; "on" fails naming what is missing (compiler, headers, a GPU or XLA
+    # present); "off" never builds them. The numbers are the same to float rounding.
+    native: str = "auto"
     # A checkpoint is written every this many training steps, and at the end of every epoch.
     checkpoint_every_steps: int = 500
     # Number of checkpoints kept in workdir/checkpoints.
@@ -219,6 +226,7 @@ class TrainConfig:
         _check_choice("pointer_memory", self.pointer_memory, POINTER_MEMORY_MODES)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("jit_compile", self.jit_compile, JIT_COMPILE_MODES)
+        _check_choice("native", self.native, NATIVE_MODES)
         _check_choice("mixed_precision", self.mixed_precision, PRECISION_POLICIES)
         for name in ("batch_size", "num_predicted", "patience", "max_epochs", "eval_batch_size",
                      "eval_length", "checkpoint_every_steps", "keep_checkpoints"):

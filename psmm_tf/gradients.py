@@ -7,9 +7,6 @@ from keras import ops
 
 from psmm_tf.layers.char_cnn import CharacterEmbedding
 
-# The gradient dtypes `psmm_tf/layers/native/sgd_update.cc` reads.
-NATIVE_NORM_DTYPES = ("bfloat16", "float16", "float32")
-
 
 def _indices_of(model, layer):
     ids = {id(v) for v in layer.trainable_variables}
@@ -59,20 +56,19 @@ def squared_norm(x):
     `tf.IndexedSlices` whose rows are distinct (`psmm_tf.training.sgd_update.deduplicated`):
     the sum over its values is the dense tensor's.
 
-    On TensorFlow, `2 l2_loss(x)`: one pass that never writes `x^2` out. `sum(square(x))` ran
-    2.1 times as long on a `(650, 10000)` float32 gradient on CPU (3.39 against 1.58 ms;
-    docs/results.md, "The machine's limit"). Inside `psmm_tf.layers.native.enabled()` (the
+    On TensorFlow, `2 l2_loss(x)`: one pass that never writes `x^2` out, where `sum(square(x))`
+    takes two (docs/results.md, "The machine's limit"). Inside `psmm_tf.native.enabled()` (the
     training steps) it is one native pass that reads 16-bit `x` in its own dtype
-    (`psmm_tf/layers/native/sgd_update.cc`). XLA (JAX) fuses the two already.
+    (`psmm_tf/native/sgd_update.cc`). XLA (JAX) fuses the two already.
     """
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        from psmm_tf.layers import native
+        from psmm_tf import native
 
         if isinstance(x, tf.IndexedSlices):
             x = x.values
-        library = native.for_trace() if x.dtype in NATIVE_NORM_DTYPES else None
+        library = native.library_for("sgd_update", x.dtype)
         if library is not None:
             return library.psmm_squared_norm(x)
         if x.dtype in (tf.bfloat16, tf.float16):

@@ -5,9 +5,11 @@ equations (Merity et al. 2016, eq. 1-9) rather than from the layer's vectorised 
 test comparing the two can fail.
 """
 
+import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -17,6 +19,20 @@ import tensorflow as tf
 
 # The checkout this module is in: its entry points are run as scripts from there.
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The native kernels' build folder of the tests (never a user's ~/.cache/psmm_tf, which live
+# runs use): one per user and checkout, kept between test runs (the build takes minutes).
+NATIVE_TEST_CACHE = Path(tempfile.gettempdir()) / (
+    f"psmm_tf_test_kernels-{os.getuid()}-"
+    f"{hashlib.sha256(str(REPO_ROOT).encode()).hexdigest()[:8]}")
+
+
+def use_native_test_cache():
+    """Points `psmm_tf.native` (this process) and psmm-train children ($PSMM_TF_CACHE) at
+    `NATIVE_TEST_CACHE`."""
+    from psmm_tf import native
+
+    os.environ["PSMM_TF_CACHE"] = str(NATIVE_TEST_CACHE)
+    native.configure(cache_dir=str(NATIVE_TEST_CACHE))
 
 
 def reference_pointer_sentinel(hidden, memory, memory_mask, query_kernel, query_bias, sentinel,
@@ -210,19 +226,19 @@ def compiled(fn):
 
 
 def has_cxx_compiler():
-    """Whether the C++ compiler psmm_tf's native kernels build with (`native.compiler()`) is
-    on the path."""
+    """Whether the C++ compiler psmm_tf's native kernels build with
+    (`native.settings().compiler`) is on the path."""
     import shutil
 
-    from psmm_tf.layers import native
+    from psmm_tf import native
 
-    return shutil.which(native.compiler()) is not None
+    return shutil.which(native.settings().compiler) is not None
 
 
 def native_library(test):
     """psmm_tf's native kernels' library for `test`: the test is skipped where no C++ compiler
     is on the path, and fails where the kernels do not build."""
-    from psmm_tf.layers import native
+    from psmm_tf import native
 
     if not has_cxx_compiler():
         test.skipTest("no C++ compiler: the native kernels are not built")

@@ -22,7 +22,7 @@ TRAIN_FLAGS = (
     "optimizer", "learning_rate", "warmup_steps", "pointer_warmup_steps", "lr_decay", "dropout",
     "zoneout", "clip_norm", "init_scale", "initial_gate",
     "pointer_clip_norm", "char_cnn_clip_norm", "pointer_loss_weight", "[no]calibrate_gate",
-    "seed", "jit_compile",
+    "seed", "jit_compile", "native",
     "mixed_precision",
     "checkpoint_every_steps",
     "max_eval_tokens", "eval_batch_size", "init_from", "override", "strategy", "logical_cpus",

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import psmm_tf
-from psmm_tf.layers import native
+from psmm_tf.native import build as native_build
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("setup.py", "pyproject.toml", "README.md", "LICENSE", "psmm_tf", "trainers", "export")
@@ -82,9 +82,9 @@ class WheelTest(unittest.TestCase):
             self.assertIn(module, self.names)
         # Data files read at run time: the serving examples, the corpora's checksums and the
         # native kernels' sources.
-        sources = [f"psmm_tf/layers/native/{path.name}"
-                   for path in native.SOURCES + native.HEADERS]
-        self.assertIn("psmm_tf/layers/native/target_log_softmax.cc", sources)
+        sources = [f"psmm_tf/native/{path.name}"
+                   for path in native_build.SOURCES + native_build.HEADERS]
+        self.assertIn("psmm_tf/native/target_log_softmax.cc", sources)
         for data in ["psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv"] + sources:
             self.assertIn(data, self.names)
 

@@ -202,5 +202,61 @@ class StructureTest(unittest.TestCase):
                                    "restore": {"psmm_tf/training/checkpointing.py"}})
 
 
+# The one module that reads the native switch and the loader's answer (issue 47).
+NATIVE_DECIDER = "psmm_tf.native"
+NATIVE_LOADER = "psmm_tf.native.build"
+# Entry points (flags and the environment are theirs) and psmm_tf/__init__.py, which reads
+# TensorFlow's own TF_CPP_MIN_LOG_LEVEL for the command-line programs' log filter.
+ENVIRONMENT_READERS = {"psmm_tf", "psmm_tf.trainers.train", "psmm_tf.trainers.evaluate",
+                       "psmm_tf.trainers.config_flags",
+                       "psmm_tf.export.export_saved_model", "psmm_tf.export.score"}
+
+
+def reads_environment(tree):
+    """Lines of `tree` that read the environment: `os.environ`, `os.getenv`, `environ[...]`."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(
+                alias.name in ("environ", "getenv") for alias in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+class NativeSwitchStructureTest(unittest.TestCase):
+    def test_one_module_decides_native_or_tensorflow_ops(self):
+        # Only psmm_tf.native imports the loader, and only it reads the switch's state
+        # (`_settings`, `_scopes`); the kernels' users ask it (`library_for`).
+        modules = library_modules()
+        importers = {name for name, path in modules.items()
+                     if NATIVE_LOADER in imported_modules(name, path, modules)}
+        self.assertEqual(importers, {NATIVE_DECIDER})
+        readers = set()
+        for name, path in modules.items():
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Attribute) and node.attr in ("_settings", "_scopes",
+                                                                      "_load")
+                        and name != NATIVE_DECIDER):
+                    readers.add(name)
+        self.assertEqual(readers, set())
+
+    def test_the_native_room_imports_no_higher_room(self):
+        modules = library_modules()
+        for name in (NATIVE_DECIDER, NATIVE_LOADER):
+            targets = imported_modules(name, modules[name], modules)
+            self.assertLessEqual(targets, {NATIVE_DECIDER, NATIVE_LOADER}, name)
+
+    def test_no_library_module_reads_the_environment(self):
+        found = {}
+        for name, path in library_modules().items():
+            lines = reads_environment(ast.parse(path.read_text(encoding="utf-8")))
+            if lines and name not in ENVIRONMENT_READERS:
+                found[name] = lines
+        self.assertEqual(found, {})
+        self.assertTrue(reads_environment(ast.parse("import os\nos.environ.get('X')")))
+        self.assertTrue(reads_environment(ast.parse("from os import getenv")))
+
+
 if __name__ == "__main__":
     unittest.main()

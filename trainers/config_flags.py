@@ -8,6 +8,7 @@ type and choices come from the field itself. A flag left out keeps the preset's 
 
 import dataclasses
 import math
+import os
 import typing
 
 from absl import flags
@@ -125,6 +126,10 @@ CONFIG_FLAGS = (
     _F("seed", ("train.seed", "model.seed"), "Seed of initialisation, dropout and data offsets.",
        "seed"),
     _F("jit_compile", ("train.jit_compile",), "XLA: auto (on with a GPU, off on CPU), on, off."),
+    _F("native", ("train.native",), "psmm_tf's native CPU kernels in the training step: auto "
+       "(where they build and run, else TensorFlow ops and one log line), on (fail where they "
+       "cannot), off. Built with $CXX (default g++) into $PSMM_TF_CACHE (default "
+       "~/.cache/psmm_tf)."),
     _F("mixed_precision", ("train.mixed_precision",), "Keras dtype policy: float32, or "
        "mixed_bfloat16 / mixed_float16 (float32 variables, mixture and loss; 16-bit LSTM, "
        "state and memory; mixed_float16 with dynamic loss scaling)."),
@@ -151,11 +156,20 @@ _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS
             "model.input_embedding": configs.INPUT_EMBEDDINGS,
             "train.pointer_memory": configs.POINTER_MEMORY_MODES,
             "train.optimizer": configs.OPTIMIZERS, "train.jit_compile": configs.JIT_COMPILE_MODES,
+            "train.native": configs.NATIVE_MODES,
             "train.mixed_precision": configs.PRECISION_POLICIES}
 
 
 _SECTIONS = {"model": configs.ModelConfig, "train": configs.TrainConfig,
              "data": configs.DataConfig}
+
+
+def configure_native(environ=os.environ):
+    """psmm_tf's native kernels' build settings from $PSMM_TF_CACHE (the cache folder) and
+    $CXX (the C++ compiler), where set (`psmm_tf.native.configure`); the library reads none."""
+    from psmm_tf import native
+
+    native.configure(cache_dir=environ.get("PSMM_TF_CACHE"), compiler=environ.get("CXX"))
 
 
 def _field_hint(path):

@@ -92,6 +92,7 @@ def _main(argv):
             raise app.UsageError("--strategy=multi_worker needs the cluster in TF_CONFIG.")
     except app.UsageError as err:  # the message alone, not the whole help; nothing written
         cli.usage_error(PROGRAM, err)
+    config_flags.configure_native()
     from psmm_tf.training import checkpointing, comparison, distribution, run_setup, train_lib
 
     options = dict(strategy=distribution.make_strategy(FLAGS.strategy, FLAGS.logical_cpus),

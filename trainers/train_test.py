@@ -145,6 +145,7 @@ class FlagsToConfigTest(tf.test.TestCase):
             (["--dropout=1.0"], bad_value, r"--dropout=1.0: must be a probability"),
             (["--pointer_memory=stale"], bad_value, r"recompute\|cache"),
             (["--jit_compile=maybe"], bad_value, r"auto\|on\|off"),
+            (["--native="], bad_value, r"auto\|on\|off"),
             (["--learning_rate=-1"], bad_value,
              r"--learning_rate=-1.0: must be a finite number > 0"),
             (["--pointer_clip_norm=-1"], bad_value,
@@ -165,6 +166,22 @@ class FlagsToConfigTest(tf.test.TestCase):
             with self.subTest(args=args), flagsaver.flagsaver():
                 with self.assertRaisesRegex(error, message):
                     _parse("--workdir=/tmp/w", *args)
+
+
+class NativeSettingsTest(tf.test.TestCase):
+    def test_psmm_train_passes_cxx_and_psmm_tf_cache_to_the_library(self):
+        from psmm_tf import native
+        from psmm_tf.trainers import config_flags
+
+        old = native.settings()
+        try:
+            config_flags.configure_native({"PSMM_TF_CACHE": "~/kernels", "CXX": "clang++"})
+            self.assertEqual((native.settings().cache_dir, native.settings().compiler),
+                             ("~/kernels", "clang++"))
+            config_flags.configure_native({})  # unset: left as they are
+            self.assertEqual(native.settings().compiler, "clang++")
+        finally:
+            native.configure(mode=old.mode, cache_dir=old.cache_dir, compiler=old.compiler)
 
 
 class InputOutputGateFlagsTest(tf.test.TestCase):

@@ -51,8 +51,7 @@ def affine(inputs, kernel, bias=None):
     On TensorFlow the inputs are flattened to one 2-D product and the bias added to it, which
     TensorFlow's graph optimizer fuses into the product (oneDNN's bias post-op): a product of
     3-D inputs is a batched product, and the bias added to its output a broadcast pass of its
-    own, 2.3 ms for `medium`'s `(20, 35, 10000)` bfloat16 logits on the 2-core EPYC of
-    docs/results.md ("The update in place, the bias in the product"). The bias is added as a
+    own (docs/results.md, "The update in place, the bias in the product"). The bias is added as a
     tensor's `+` (TensorFlow's AddV2, not `BiasAdd`, whose bfloat16 gradient is summed in
     bfloat16; see `Dense`). Other backends take `ops.matmul` as it is (XLA fuses the sum).
 
@@ -90,10 +89,9 @@ def weight_gradient(inputs, grad_outputs):
 
     oneDNN's bfloat16 product of this form, whose sum runs over the rows of both, is slow on
     a CPU with bfloat16 products (the AVX512-BF16 EPYC of docs/results.md, "The weights'
-    gradients in the faster form"): the vocabulary head's `(700, 650)^T (700, 10000)` ran
-    1.17-1.21x faster than in float32, the transpose of `(700, 10000)^T (700, 650)`, the
-    transpose included, 1.58-1.73x; an LSTM kernel's `(700, 650)^T (700, 2600)` 1.24-1.29x
-    against 1.65-1.69x. So in bfloat16, on such a CPU, it is taken as the transpose of
+    gradients in the faster form"), where the transpose of `dY^T X`, the transpose
+    included, was the faster form for the vocabulary head's and the LSTM kernels' gradients.
+    So in bfloat16, on such a CPU, it is taken as the transpose of
     `dY^T X`. Elsewhere, and in other dtypes, it is `X^T dY`, as TensorFlow's own gradient of
     the product takes it; the two differ by float rounding.
 
@@ -122,7 +120,7 @@ def _transposed_form(dtype):
 
 
 def _cpu_has_bfloat16_products():
-    from psmm_tf.layers import native
+    from psmm_tf import native
 
     return bool(native.cpu_flags() & {"avx512_bf16", "amx_bf16"})
 

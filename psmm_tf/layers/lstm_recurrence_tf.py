@@ -7,23 +7,23 @@ backward pass here keeps what must be sequential (each step's `dz_t U^T`) and ta
 kernel's gradient as one product over all steps, `H_prev^T dZ` (what cuDNN's LSTM does).
 In the training steps, on a CPU with AVX-512 (float32) or AVX512-BF16 (bfloat16), each step's
 `h_{t-1} U` and `dz_t U^T` take a native product on `U` and `U^T` packed once per call
-(`psmm_tf/layers/native/recurrent_product.cc`; oneDNN's bfloat16 product packs `U` again at
+(`psmm_tf/native/recurrent_product.cc`; oneDNN's bfloat16 product packs `U` again at
 every step; docs/results.md, "The recurrent products on a packed kernel"). Elsewhere they are
 oneDNN's, float32's `dz_t U^T` on a transposed copy of `U` made once per call: oneDNN's float32
-product with a transposed right operand, `(B, 4H) x (H, 4H)^T` at a small batch, ran at under
-half the rate of the same product on a stored `U^T` (in bfloat16 the transposed operand is the
-faster one; docs/results.md, "The machine's limit").
+product with a transposed right operand ran slower at a small batch than the same product on a
+stored `U^T` (in bfloat16 the transposed operand is the faster one; docs/results.md, "The
+machine's limit").
 `benchmarks/machine_limit.py` measures it (docs/results.md, "The machine's limit"). The
 numbers are those of the automatic gradient up to float rounding in float32 and float64; under a
 16-bit policy the products are 16-bit and the cell float32, checked against float64
 (`lstm_recurrence_tf_test.py`). In the training steps the cell's elementwise work, forward and
-backward, is one native CPU kernel a step (`psmm_tf.layers.native`); elsewhere, and where that
+backward, is one native CPU kernel a step (`psmm_tf.native`); elsewhere, and where that
 kernel cannot be built, it runs as TensorFlow ops, the same equations.
 """
 
 import tensorflow as tf
 
-from psmm_tf.layers import native
+from psmm_tf import native
 from psmm_tf.layers.dense import weight_gradient
 from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
 
@@ -43,11 +43,12 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         recurrent_kernel: `(H, 4H)` `U`, in the compute dtype.
         state_index: static int in `[0, T)`: the step whose state is returned.
         fused_cell: optional bool. True runs the cell's elementwise work, forward and
-            backward, as one native CPU kernel a step (`psmm_tf.layers.native`) where it can
-            be built and run: not under XLA (`jit_compile`) and not with a GPU. False, or
-            where it cannot, runs it as TensorFlow ops; both compute the same equations. None
-            (the default): True inside `psmm_tf.layers.native.enabled()` (the training
-            steps), else False, so exported graphs hold only TensorFlow's own ops.
+            backward, as one native CPU kernel a step (`psmm_tf.native`) where it can be
+            built and run (`psmm_tf.native.library_for`); the recurrence's products take the
+            packed kernel on the CPUs it is written for. False, or where they cannot, runs
+            TensorFlow ops; both compute the same equations. None (the default): True inside
+            `psmm_tf.native.enabled()` (the training steps), else False, so exported graphs
+            hold only TensorFlow's own ops.
 
     Returns:
         `(all_h, h, c)`: `(T, B, H)` the hidden state after every step, and the state after
@@ -60,8 +61,8 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
     low = projected.dtype
     wide = tf.float32 if low in (tf.bfloat16, tf.float16) else low
 
-    library = native.for_trace(fused_cell)
-    packed = library is not None and _packed_products(low)
+    library = native.library_for("zoneout_cell", use=fused_cell)
+    packed = native.library_for("recurrent_product", low, use=fused_cell)
 
     @tf.custom_gradient
     def recurrence(projected, h0, c0, kernel):
@@ -75,7 +76,7 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
         h, c = tf.cast(h0, wide), tf.cast(c0, wide)
         h_low = h0
         saved, all_h, all_c = [], [], []
-        times_kernel = (_times_packed(library, kernel, transpose=False) if packed
+        times_kernel = (_times_packed(packed, kernel, transpose=False) if packed is not None
                         else lambda h: tf.matmul(h, kernel))
         for t in range(steps):
             product = times_kernel(h_low)
@@ -99,7 +100,7 @@ def zoneout_recurrence(projected, keep_h, keep_c, h0, c0, recurrent_kernel, stat
 
         def backward(d_all_h, d_h_out, d_c_out):
             backprop_through_kernel = (  # only when differentiated
-                _times_packed(library, kernel, transpose=True) if packed
+                _times_packed(packed, kernel, transpose=True) if packed is not None
                 else _times_transposed(kernel))
             d_all_h, d_h_out, d_c_out = (
                 tf.zeros_like(like, dtype=wide) if d is None else tf.cast(d, wide)
@@ -174,19 +175,10 @@ def _ops_cell_backward(saved, keep_h, keep_c, low):
     return step
 
 
-def _packed_products(dtype):
-    """Whether the recurrence's products take the native packed kernel
-    (`psmm_tf/layers/native/recurrent_product.cc`): bfloat16 on a CPU with AVX512-BF16,
-    float32 on one with AVX-512."""
-    flag = {tf.bfloat16: "avx512_bf16", tf.float32: "avx512f"}.get(dtype)
-    return flag is not None and flag in native.cpu_flags()
-
-
 def _times_packed(library, kernel, transpose):
     """`x -> x U` (or `x U^T` with `transpose`) for the `(H, 4H)` kernel `U`, packed once for
-    all the steps of the call: oneDNN's bfloat16 product packs it again every step, which at
-    `medium` ran the steps' products at half the rate of the step's large products (float32:
-    0.65 of it; docs/results.md, "The recurrent products on a packed kernel")."""
+    all the steps of the call, where oneDNN's bfloat16 product packs it again every step
+    (docs/results.md, "The recurrent products on a packed kernel")."""
     packed = library.psmm_pack_kernel(kernel, transpose=transpose)
     columns = kernel.shape[0] if transpose else kernel.shape[1]
     return lambda x: library.psmm_packed_product(x, packed, columns=columns)

@@ -1,18 +1,17 @@
 """The hand-written backward pass of the TensorFlow recurrence against TF's automatic gradient of
 the same recurrence written plainly, step by step."""
 
+import dataclasses
 import functools
 import os
 import shutil
 import tempfile
-from unittest import mock
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-from psmm_tf import testing
-from psmm_tf.layers import native
+from psmm_tf import native, testing
 from psmm_tf.layers.lstm_recurrence_tf import zoneout_recurrence
 
 T, B, H = 7, 3, 4
@@ -161,27 +160,19 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
             library.psmm_zoneout_cell_grad(state, state, state, state, tf.zeros((B, 5 * H)),
                                            state, state, tf.zeros((B + 1, H)))
 
-    def test_native_switch_takes_0_or_1(self):
-        native.library.cache_clear()
-        try:
-            with mock.patch.dict(os.environ, {"PSMM_TF_NATIVE": "yes"}):
-                with self.assertRaisesRegex(ValueError, "PSMM_TF_NATIVE must be 0 .* got 'yes'"):
-                    native.library()
-        finally:
-            native.library.cache_clear()
-
     def test_native_cell_falls_back_to_ops_when_off_or_unbuildable(self):
-        # PSMM_TF_NATIVE=0 turns it off; a compiler that fails leaves no library in the cache
-        # and the recurrence runs as TensorFlow ops.
+        # mode "off" turns it off; a compiler that fails leaves no library in the cache and
+        # the recurrence runs as TensorFlow ops ("auto").
         cache = tempfile.mkdtemp()
-        environments = ({"PSMM_TF_NATIVE": "0"},
-                        {"CXX": "/nonexistent/c++", "PSMM_TF_CACHE": cache},
-                        {"CXX": "false", "PSMM_TF_CACHE": cache})
+        settings = ({"mode": "off"}, {"compiler": "/nonexistent/c++", "cache_dir": cache},
+                    {"compiler": "false", "cache_dir": cache})
         try:
-            for environment in environments:
-                native.library.cache_clear()
-                with mock.patch.dict(os.environ, environment), self.subTest(**environment):
-                    self.assertIsNone(native.library())
+            for setting in settings:
+                old = native.configure(**setting)
+                try:
+                    with self.subTest(**setting):
+                        self.assertIsNone(native.library())
+                        self.assertIsNone(native.library_for("zoneout_cell", use=True))
                     keep = tf.zeros((T, B, H))
                     outputs = zoneout_recurrence(tf.ones((T, B, 4 * H)), keep, keep,
                                                  tf.zeros((B, H)), tf.zeros((B, H)),
@@ -189,9 +180,12 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
                     self.assertAllClose(outputs[0], _plain_recurrence(
                         tf.ones((T, B, 4 * H)), keep, keep, tf.zeros((B, H)),
                         tf.zeros((B, H)), tf.ones((H, 4 * H)) * 0.1, T - 1)[0], atol=1e-6)
-            self.assertEqual([p.name for p in os.scandir(cache)], [])
+                finally:
+                    native.configure(**dataclasses.asdict(old))
+            # Only the build lock: no library, no temporary folder.
+            self.assertEqual([p.name for p in os.scandir(cache)],
+                             ["psmm_tf_kernels-build.lock"])
         finally:
-            native.library.cache_clear()
             shutil.rmtree(cache)
 
     def test_native_cell_only_in_graphs_traced_inside_enabled(self):
@@ -216,8 +210,9 @@ class ZoneoutRecurrenceTest(testing.TestCase, parameterized.TestCase):
                            if op.type.startswith("Psmm")})
 
         self.assertEqual(native_ops(), [])
-        with native.enabled():
+        with native.enabled(jit_compile=True):  # the step says it is XLA-compiled
             self.assertEqual(native_ops(jit_compile=True), [])
+        with native.enabled():
             if testing.has_cxx_compiler():
                 # The products on a packed kernel where the CPU has AVX-512 (PackedProductTest).
                 packed = (["PsmmPackKernel", "PsmmPackedProduct"]

@@ -1,25 +1,22 @@
 """`log softmax(z)[y]` on TensorFlow, with a backward pass of its own.
 
 TensorFlow's fused `sparse_softmax_cross_entropy_with_logits` computes the loss and its
-gradient `softmax(z) - one_hot(y)` in one kernel, but on CPU that kernel took 1.8 times as long
-as the same work written as the row's log-sum-exp (forward) and oneDNN's softmax (backward):
-19.8 against 11.0 ms for `(700, 10000)` logits, forward and backward, on the
-2-core EPYC of docs/results.md ("The machine's limit"). Since 0.9 the softmax is computed once,
-forward, and kept for the backward pass: the target's log-probability is the log of its
+gradient `softmax(z) - one_hot(y)` in one kernel, which on CPU was slower than the same work
+written with oneDNN's softmax (docs/results.md, "The machine's limit"). The softmax is computed
+once, forward, and kept for the backward pass: the target's log-probability is the log of its
 softmax entry, which is exact to float rounding while that entry is a normal number; a row
-whose target's probability is below `EXACT_BELOW` takes the log-sum-exp instead. Forward and
-backward of `(700, 10000)` logits then took 11.0 against 15.7 ms (the log-sum-exp forward and
-a softmax backward). In the training steps (inside `psmm_tf.layers.native.enabled()`) both
-passes are one native CPU kernel each (`psmm_tf/layers/native/target_log_softmax.cc`), which
-also reads 16-bit logits and writes their gradient in 16 bits without a float32 copy of either;
-`(700, 10000)` logits forward and backward: see docs/results.md ("The machine's limit").
+whose target's probability is below `EXACT_BELOW` takes the log-sum-exp instead. In the
+training steps (inside `psmm_tf.native.enabled()`) both passes are one native CPU kernel each
+(`psmm_tf/native/target_log_softmax.cc`), which also reads 16-bit logits and writes their
+gradient in 16 bits without a float32 copy of either (docs/results.md, "Native kernels:
+per-kernel A/B").
 """
 
 import functools
 
 import tensorflow as tf
 
-from psmm_tf.layers import native
+from psmm_tf import native
 
 # Below this target probability, `log softmax(z)[y]` is taken as `z_y - logsumexp(z)`: the
 # log of a probability this small (a loss above 69 nats) could lose digits to subnormals.
@@ -34,16 +31,16 @@ def target_log_softmax(logits, targets, fused=None):
         logits: float `(..., V)`.
         targets: int `(...)` in `[0, V)` (checked by the caller).
         fused: optional bool. True computes it, forward and backward, with the native CPU
-            kernels (`psmm_tf.layers.native`) where they can be built and run (not under XLA,
-            not with a GPU) and `logits` are 16-bit or float32; False, or where they cannot,
-            with TensorFlow ops. None (the default): True inside
-            `psmm_tf.layers.native.enabled()` (the training steps), else False.
+            kernels where they can be built and run and `logits` are 16-bit or float32
+            (`psmm_tf.native.library_for`); False, or where they cannot, with TensorFlow ops.
+            None (the default): True inside `psmm_tf.native.enabled()` (the training steps),
+            else False.
 
     Returns:
         `(...)` float32 (float64 for float64 logits). Its gradient, in `logits`' dtype, is
         `dy (one_hot(y) - softmax(z))`.
     """
-    library = native.for_trace(fused) if logits.dtype != tf.float64 else None
+    library = native.library_for("target_log_softmax", logits.dtype, use=fused)
     if library is None:
         logits = tf.cast(logits, tf.float64 if logits.dtype == tf.float64 else tf.float32)
         row_log_prob = _ops_row_log_prob

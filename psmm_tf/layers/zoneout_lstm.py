@@ -3,14 +3,13 @@
 import keras
 from keras import ops
 
-from psmm_tf.layers import native
+from psmm_tf import native
 from psmm_tf.layers.dense import affine
 from psmm_tf.layers.lstm_cell import lstm_cell, zoneout
 
 # Steps per scan iteration on an accelerator. A scan of one step an iteration launches the
 # step's few small kernels 35 times a layer and direction; unrolled, XLA fuses across steps.
-# On an H100 (`medium`, batch 20 x 35, JAX): float32 step 6.15 -> 4.87 ms at 5 and 4.81 at 7,
-# bfloat16 5.72 -> 4.38 and 4.35; at 5 a 35-step window is 7 iterations (docs/results.md).
+# 5 was measured on an H100 (docs/results.md); a 35-step window is then 7 iterations.
 ACCELERATOR_SCAN_UNROLL = 5
 
 
@@ -48,9 +47,8 @@ class ZoneoutLSTM(keras.layers.Layer):
             Keras' LSTM); False starts every bias at 0 (Zaremba et al. 2014).
         scan_unroll: optional positive int. Steps of the recurrence per iteration of the scan
             that runs it on JAX (and on TensorFlow for a length known only at run time). None:
-            `ACCELERATOR_SCAN_UNROLL` steps where JAX runs on a GPU or TPU, 1 elsewhere (on an
-            H100, 5 steps an iteration took the `medium` training step to 0.76-0.83 of its
-            time, the same numbers; docs/results.md). Only speed and compile time depend on it.
+            `ACCELERATOR_SCAN_UNROLL` steps where JAX runs on a GPU or TPU, 1 elsewhere (the
+            same numbers; docs/results.md). Only speed and compile time depend on it.
 
     Call arguments:
         inputs: float `(batch_size, T, input_dim)`.
@@ -185,15 +183,15 @@ class ZoneoutLSTM(keras.layers.Layer):
         `(B, T)` is 0 (no token) keep the whole state: weight 1.
 
         In training the weights are 0 or 1: a drawn keep or a missing position is a logical
-        "or", cast once (the arithmetic `1 - valid (1 - keep)` took three passes over the
-        `(T, B, H)` masks before the first step of the recurrence, each 1-4 ms at `medium`
-        in bfloat16 on CPU; docs/results.md, "The step's critical path")."""
+        "or", cast once (the arithmetic `1 - valid (1 - keep)` would take three passes over
+        the `(T, B, H)` masks before the first step of the recurrence; docs/results.md, "The
+        step's critical path")."""
         shape = (num_steps, batch_size, self.units)
         missing = None
         if step_mask is not None:
             missing = ops.logical_not(ops.cast(ops.transpose(step_mask), "bool"))[..., None]
         if training and self.zoneout > 0.0:
-            library = native.for_trace() if keras.backend.backend() == "tensorflow" else None
+            library = native.library_for("zoneout_keep")
             if library is not None:  # a training step's graph on CPU
                 return _native_zoneout_keep(library, shape, self.zoneout, self.seed_generator,
                                             missing, self.compute_dtype)
@@ -242,11 +240,10 @@ def _threshold_16_bits(probability):
 
 def _native_zoneout_keep(library, shape, probability, seed_generator, missing, dtype):
     """`_zoneout_keep`'s training weights `(T, B, H)` for h and c in one native CPU kernel
-    (`psmm_tf/layers/native/zoneout_keep.cc`): the same draws as `_bernoulli_from_16_bits`, bit
+    (`psmm_tf/native/zoneout_keep.cc`): the same draws as `_bernoulli_from_16_bits`, bit
     for bit (the generator's words from the key and counter TensorFlow makes of the seed), the
-    comparison, the `missing` positions `(T, B, 1)` (or None) and the cast in the same pass.
-    The four TensorFlow ops took 2.7-3.4 ms at `medium`, the kernel 1.1-1.3 (docs/results.md,
-    "The recurrent products on a packed kernel, zoneout's weights in one pass")."""
+    comparison, the `missing` positions `(T, B, 1)` (or None) and the cast in the same pass
+    (docs/results.md, "Native kernels: per-kernel A/B")."""
     import tensorflow as tf
 
     num_steps, batch_size, units = shape
@@ -260,8 +257,8 @@ def _native_zoneout_keep(library, shape, probability, seed_generator, missing, d
 def _bernoulli_from_16_bits(shape, probability, seed_generator):
     """True with `probability` (to the nearest multiple of 2^-16, at least 2^-16), else
     False, drawn on TensorFlow from 16 random bits a number: each 32-bit draw of the stateless
-    generator gives two, half the generator's work of a float draw a number (a medium layer's
-    `(2, 35, 20, 650)` masks: 3.0 against 5.2 ms; docs/results.md, "The machine's limit")."""
+    generator gives two, half the generator's work of a float draw a number (docs/results.md,
+    "The machine's limit")."""
     import tensorflow as tf
 
     size = tf.reduce_prod(tf.stack([tf.cast(d, tf.int32) for d in shape]))

@@ -5,8 +5,8 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from psmm_tf import testing
-from psmm_tf.layers import LockedDropout, ZoneoutLSTM, locked_dropout, native
+from psmm_tf import native, testing
+from psmm_tf.layers import LockedDropout, ZoneoutLSTM, locked_dropout
 
 
 def _sigmoid(x):

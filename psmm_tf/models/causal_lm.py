@@ -27,8 +27,8 @@ import keras
 import keras_hub
 from keras import ops
 
+from psmm_tf import native
 from psmm_tf.configs import TrainConfig
-from psmm_tf.layers import native
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 
 # A preset folder holds the model's `.keras` file and its metadata; a psmm-train run folder
@@ -101,8 +101,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
     def train_step(self, *args, **kwargs):
         # Traced inside `fit`'s training function, which is never exported: on TensorFlow the
-        # LSTM cell may be one native CPU kernel a step there (psmm_tf.layers.native).
-        with native.enabled():
+        # native CPU kernels may be used there (psmm_tf.native, `configure`), not under XLA.
+        with native.enabled(jit_compile=bool(self.jit_compile)):
             return super().train_step(*args, **kwargs)
 
     def get_compile_config(self):

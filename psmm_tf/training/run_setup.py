@@ -32,7 +32,7 @@ class WorkdirLockedError(RunRefusedError):
 # Fields a resumed run may change: they affect how long or how fast it runs, or where its corpus
 # is prepared (TFDS), not what it learns.
 RESUMABLE_CHANGES = frozenset({
-    "train.max_epochs", "train.jit_compile", "train.checkpoint_every_steps",
+    "train.max_epochs", "train.jit_compile", "train.native", "train.checkpoint_every_steps",
     "train.keep_checkpoints", "data.tfds_data_dir",
 })
 

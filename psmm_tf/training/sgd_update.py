@@ -9,8 +9,8 @@ stays in the dtype it was computed in (`unwidened`), and each weight takes
     w <- w - (lr c) g
 
 with `c` the clip scale of its group (`psmm_tf.gradients.clip_scales`), in float32: two passes,
-the squared norm and the update, one native kernel each inside `psmm_tf.layers.native.enabled()`
-(`psmm_tf/layers/native/sgd_update.cc`), TensorFlow ops elsewhere. It is Keras' SGD update
+the squared norm and the update, one native kernel each inside `psmm_tf.native.enabled()`
+(`psmm_tf/native/sgd_update.cc`), TensorFlow ops elsewhere. It is Keras' SGD update
 (`w - lr g`, momentum 0) of the clipped gradient, to float32 rounding: the product `lr c` is
 rounded once where Keras rounds `c g` and then `lr (c g)`. An embedding's gradient stays
 `tf.IndexedSlices` (`deduplicated`): its norm and its update read the rows the batch looked up,
@@ -23,7 +23,7 @@ place, the bias in the product, the embedding's rows").
 import keras
 import tensorflow as tf
 
-from psmm_tf.layers import native
+from psmm_tf import native
 
 # The widening of a gradient from these dtypes to float32 is exact, so it can be left undone.
 SIXTEEN_BIT = (tf.bfloat16, tf.float16)
@@ -86,7 +86,7 @@ def apply(optimizer, grads, variables, scales):
         scales: one float32 scalar `c` per gradient (`clip_scales`).
     """
     learning_rate = tf.cast(optimizer.learning_rate, tf.float32)
-    library = native.for_trace()
+    library = native.library_for("sgd_update")
     for grad, variable, scale in zip(grads, variables, scales, strict=True):
         alpha = learning_rate * scale
         if isinstance(grad, tf.IndexedSlices):

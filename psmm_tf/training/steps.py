@@ -14,9 +14,9 @@ objective and these clips: docs/design_notes.md, "Objective: sum over a window's
 import keras
 import tensorflow as tf
 
+from psmm_tf import native as native_kernels
 from psmm_tf.configs import TrainConfig
 from psmm_tf.gradients import clip_gradients, clip_groups, clip_scales, pointer_variable_indices
-from psmm_tf.layers import native
 from psmm_tf.losses import per_target_losses, window_sums
 from psmm_tf.training import distribution, sgd_update
 
@@ -50,6 +50,8 @@ class TrainStep:
             and of `pointer_weight` are `TrainConfig`'s (psmm-train's).
         pointer_weight: float. Weight of eq. 9's pointer term (1: the paper; 0: mixture NLL).
         jit_compile: bool. XLA-compile the forward and backward pass.
+        native: optional "auto", "on" or "off": psmm_tf's native CPU kernels in the step
+            (`psmm_tf.native`; `TrainConfig.native`). None: `psmm_tf.native.settings().mode`.
 
     Call arguments:
         batch: dict of global tensors from `training_windows`: `token_ids`, `token_mask`
@@ -87,7 +89,11 @@ class TrainStep:
                  use_memory, clip_norm=TrainConfig.clip_norm, jit_compile=False,
                  pointer_clip_norm=TrainConfig.pointer_clip_norm,
                  pointer_weight=TrainConfig.pointer_loss_weight,
-                 char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm):
+                 char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm, native=None):
+        if native is not None:
+            native_kernels.check_mode(native)
+        self.native = native
+        self.jit_compile = bool(jit_compile)
         self.model = model
         self.optimizer = optimizer
         self.strategy = strategy
@@ -127,9 +133,9 @@ class TrainStep:
 
     def __call__(self, batch, state, memory, pointer_share=1.0):
         share = tf.constant(pointer_share, tf.float32)  # a tensor: no retracing per value
-        # The LSTM cell as one native kernel a step, where it builds (psmm_tf.layers.native):
-        # this graph is never exported.
-        with native.enabled():
+        # The native kernels where they build and run (psmm_tf.native): this graph is never
+        # exported. The forward and backward pass says whether it is XLA-compiled (_gradients).
+        with native_kernels.enabled(self.native):
             return self._step(batch, state, memory, share)
 
     def _distributed_step(self, batch, state, memory, pointer_share):
@@ -172,6 +178,10 @@ class TrainStep:
         return self.plain_sgd and not tf.distribute.has_strategy()
 
     def _gradients(self, local, state, memory, normalizer, pointer_share=None):
+        with native_kernels.enabled(self.native, jit_compile=self.jit_compile):
+            return self._traced_gradients(local, state, memory, normalizer, pointer_share)
+
+    def _traced_gradients(self, local, state, memory, normalizer, pointer_share=None):
         targets = local["targets"]
         weights = local["target_weights"]
         with tf.GradientTape() as tape:

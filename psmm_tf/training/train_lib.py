@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from psmm_tf import native
 from psmm_tf import workdir as run_files
 from psmm_tf.data.pipeline import steps_per_epoch, training_windows
 from psmm_tf.evaluation import gate_calibration, pointer_diagnostics
@@ -74,7 +75,7 @@ class _Run:
             self.model, self.optimizer, strategy, train.batch_size, self.context_length,
             use_memory=use_memory, clip_norm=train.clip_norm, jit_compile=self.jit_compile,
             pointer_clip_norm=train.pointer_clip_norm, pointer_weight=train.pointer_loss_weight,
-            char_cnn_clip_norm=train.char_cnn_clip_norm)
+            char_cnn_clip_norm=train.char_cnn_clip_norm, native=train.native)
         self.progress = checkpointing.Progress()
         self.carry = checkpointing.Carry(
             self.model.zero_state(train.batch_size),
@@ -285,6 +286,11 @@ def run(config, workdir, strategy=None, verbose=1, finish=True, restart=False):
         checkpointing.CheckpointRestoreError: no checkpoint of the workdir can be read.
     """
     workdir = Path(workdir)
+    if config.train.native == "on":  # refused before anything is written
+        try:
+            native.check("on", run_setup.resolve_jit_compile(config.train.jit_compile))
+        except native.NativeKernelsUnavailable as err:
+            raise run_setup.RunRefusedError(str(err)) from None
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribution.is_chief(strategy)
     with run_setup.workdir_lock(workdir, enabled=chief):

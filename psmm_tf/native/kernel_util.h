@@ -1,8 +1,8 @@
 // What the native kernels of psmm_tf share: TensorFlow's names, contiguous runs of elements as
 // Eigen arrays, and the split of a kernel's rows over TensorFlow's intra-op threads.
 
-#ifndef PSMM_TF_LAYERS_NATIVE_KERNEL_UTIL_H_
-#define PSMM_TF_LAYERS_NATIVE_KERNEL_UTIL_H_
+#ifndef PSMM_TF_NATIVE_KERNEL_UTIL_H_
+#define PSMM_TF_NATIVE_KERNEL_UTIL_H_
 
 #include <cstdint>
 
@@ -43,4 +43,4 @@ void ForRows(OpKernelContext* ctx, int64_t rows, int64_t cost_per_row, Fn fn) {
 
 }  // namespace psmm_tf
 
-#endif  // PSMM_TF_LAYERS_NATIVE_KERNEL_UTIL_H_
+#endif  // PSMM_TF_NATIVE_KERNEL_UTIL_H_

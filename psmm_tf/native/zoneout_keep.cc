@@ -54,7 +54,7 @@ PhiloxRandom Generator(const uint64_t* counter, const uint64_t* key) {
 // The words of kLanes Philox calls at counters `counter` + 0, 1, ..., kLanes - 1 (the low
 // word not wrapping), the calls side by side, one a vector lane: words[j][l] is word j of call
 // l. The rounds are PhiloxRandom's (the key raised after each of the first nine); TensorFlow's
-// generator computes the calls one at a time, some 3x slower on one AVX-512 core.
+// generator computes the calls one at a time.
 #ifdef __AVX512F__
 void PhiloxLanes(const PhiloxRandom::ResultType& counter, const PhiloxRandom::Key& key,
                  uint32_t words[4][kLanes]) {

@@ -14,10 +14,10 @@
 //   PsmmResourceScaledSubtractRows:  w[r_i] <- w[r_i] - alpha g_i    (an embedding's rows)
 // The updates write the variable's buffer in place where no read holds it, as TensorFlow's own
 // `ResourceApplyGradientDescent` does; where one does, they write a new buffer (the reader
-// keeps the old value). A new buffer every step (0.12's kernel, by mistake) cost a float32
-// `(10000, 650)` update 2.9-3.3 ms against 1.7-2.0 in place. The row update is what TensorFlow's `ResourceScatterSub` computes,
-// but that op puts its variable in "copy on read" mode for good: every later read of the
-// embedding copied the whole table (3-5 ms a step at `medium`, at the start of the step).
+// keeps the old value); a new buffer every step would cost a pass of its own. The row update is
+// what TensorFlow's `ResourceScatterSub` computes, but that op puts its variable in "copy on
+// read" mode for good: every later read of the embedding would copy the whole table
+// (docs/results.md, "The update in place, the bias in the product, the embedding's rows").
 
 #include <vector>
 

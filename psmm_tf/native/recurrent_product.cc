@@ -4,9 +4,8 @@
 // same recurrent kernel: `h_{t-1} U` forward, `dz_t U^T` backward, `(B, H) x (H, 4H)` and
 // `(B, 4H) x (4H, H)`, T times a call. oneDNN's bfloat16 product copies its right operand into
 // the pair-interleaved layout of the AVX512-BF16 dot product (VDPBF16PS) on every call, and at
-// `medium` (B = 20) ran those products at half the rate of the step's large products; its
-// float32 products ran at 0.65 of it (docs/results.md, "The recurrent products on a packed
-// kernel"). Here the kernel is packed once per call of the recurrence (`PsmmPackKernel`) and
+// a small batch ran those products well below the rate of the step's large products, float32's
+// too (docs/results.md, "The recurrent products on a packed kernel"). Here the kernel is packed once per call of the recurrence (`PsmmPackKernel`) and
 // each step's product reads it as it is (`PsmmPackedProduct`), a tile of 12 rows by 32 columns
 // at a time (24 vector accumulators):
 //
