@@ -114,8 +114,9 @@ class ScoringMixin:
         """Scores whole texts with the model's `preprocessor`, as the SavedModel's `score_text`.
 
         Args:
-            texts: a str or a list of str. Each is read as a corpus file: each line's words
-                followed by `<eos>`, the first word predicted after an `<eos>`.
+            texts: a str or a list of str, none empty (as the SavedModel's `score_text`).
+                Each is read as a corpus file: each line's words followed by `<eos>`, the
+                first word predicted after an `<eos>`.
 
         Returns:
             A dict of NumPy arrays: `log_probs`, `gate` `(batch_size, T)` (0 in padding),
@@ -125,6 +126,11 @@ class ScoringMixin:
         if getattr(self, "preprocessor", None) is None:
             raise ValueError("score_text needs a preprocessor: build the model with "
                              "preprocessor=LanguageModelPreprocessor(vocabulary).")
+        empty = [i for i, text in enumerate([texts] if isinstance(texts, str) else texts)
+                 if isinstance(text, str) and not text]
+        if empty:  # the SavedModel's words (export/validation.py)
+            raise ValueError(f"`texts` holds an empty string (nothing to score), at indices: "
+                             f"{empty}")
         spelled = getattr(self, "input_embedding", "ids") == "chars"
         batch = self.preprocessor.score_inputs(
             texts, max_word_length=self.backbone.max_word_length if spelled else None)
