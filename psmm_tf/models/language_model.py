@@ -126,8 +126,9 @@ class ScoringMixin:
         if getattr(self, "preprocessor", None) is None:
             raise ValueError("score_text needs a preprocessor: build the model with "
                              "preprocessor=LanguageModelPreprocessor(vocabulary).")
-        empty = [i for i, text in enumerate([texts] if isinstance(texts, str) else texts)
-                 if isinstance(text, str) and not text]
+        listed = [texts] if isinstance(texts, str) else (
+            texts if isinstance(texts, (list, tuple)) else [])  # others: refused below
+        empty = [i for i, text in enumerate(listed) if isinstance(text, str) and not text]
         if empty:  # the SavedModel's words (export/validation.py)
             raise ValueError(f"`texts` holds an empty string (nothing to score), at indices: "
                              f"{empty}")
