@@ -95,7 +95,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 "beam") for `generate`.
             pointer_weight: float >= 0. Weight of eq. 9's pointer term in the "auto" loss
                 (default: psmm-train's, `TrainConfig.pointer_loss_weight` = 0; the paper: 1).
-            **kwargs: as `keras.Model.compile`.
+            **kwargs: as `keras.Model.compile`. `jit_compile` defaults to False on TensorFlow
+                (`fit`'s step may run the native CPU kernels, which XLA cannot) and to Keras's
+                "auto" on the other backends (JAX: `fit` compiled with `jax.jit`).
 
         Raises:
             ValueError: `sampler` is not one of `SAMPLER_NAMES` or a keras-hub sampler.
@@ -109,7 +111,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             weighted_metrics = [keras_hub.metrics.Perplexity(from_logits=True),
                                 keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         _check_sampler(sampler)
-        kwargs.setdefault("jit_compile", False)
+        if keras.config.backend() == "tensorflow":
+            kwargs.setdefault("jit_compile", False)
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
                         sampler=sampler, **kwargs)
 
@@ -127,6 +130,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
     def compile_from_config(self, config):
         config = dict(config)
+        # The backend's default: a file saved on JAX (compiled) is loaded on TensorFlow too.
+        config.pop("jit_compile", None)
         sampler = keras_hub.samplers.deserialize(config.pop("sampler")) if "sampler" in config \
             else "greedy"
         self.compile(**keras.saving.deserialize_keras_object(config), sampler=sampler)

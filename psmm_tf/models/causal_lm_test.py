@@ -76,6 +76,29 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         for a, b in zip(model.trainable_weights, reference.trainable_weights):
             self.assertAllClose(a, b, atol=1e-5, msg=a.path)
 
+    def test_fit_is_compiled_on_jax_by_default_with_the_uncompiled_numbers(self):
+        # JAX: the default compile leaves Keras's "auto" (jax.jit); TensorFlow: False (the
+        # native kernels run outside XLA). Either way, the compiled step is the eager one.
+        model, reference = _task(dropout=0.0), _task(dropout=0.0)
+        reference.set_weights(model.get_weights())
+        model.compile(optimizer=keras.optimizers.SGD(0.5))
+        self.assertEqual(model.jit_compile, keras.backend.backend() == "jax")
+        compiled = not model.jit_compile  # the other mode, on TensorFlow XLA
+        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=not compiled)
+        reference.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=compiled)
+        self.assertNotEqual(model.jit_compile, reference.jit_compile)
+        x, y = _ids(self.rng, 4, 6)
+        losses = [m.fit(x, y, batch_size=2, epochs=2, shuffle=False, verbose=0).history["loss"]
+                  for m in (model, reference)]
+        self.assertAllClose(losses[0], losses[1], rtol=1e-5)
+        for a, b in zip(model.trainable_weights, reference.trainable_weights):
+            self.assertAllClose(a, b, atol=1e-5, msg=a.path)
+        # A file saved compiled is loaded with the loading backend's default.
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        reference.save(path)
+        self.assertEqual(keras.saving.load_model(path).jit_compile,
+                         keras.backend.backend() == "jax")
+
     def test_fit_reads_dicts_strings_and_datasets(self):
         model = _task()
         model.compile(optimizer=keras.optimizers.Adam(0.01))
