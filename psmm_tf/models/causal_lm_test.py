@@ -139,10 +139,39 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertAllClose(np.exp(log_p), model.distribution(outputs), atol=1e-6)
         # The same numbers as score's log-probabilities of the targets, and its logits mode.
         picked = np.take_along_axis(log_p, y[..., None], -1)[..., 0]
-        self.assertAllClose(picked, model.score(x, y)["log_probs"], atol=1e-5)
-        self.assertAllClose(model.score(x, scoring_mode="logits")["logits"], log_p, atol=1e-5)
+        self.assertAllClose(picked, model.score_with_state(x, y)["log_probs"], atol=1e-5)
+        self.assertAllClose(model.score_with_state(x, scoring_mode="logits")["logits"], log_p,
+                            atol=1e-5)
         with self.assertRaisesRegex(ValueError, "needs target_ids"):
-            model.score(x)
+            model.score_with_state(x)
+
+    def test_score_has_keras_hubs_signature_and_returns_a_tensor(self):
+        # keras-hub's `score(token_ids, padding_mask, scoring_mode="logits", ...,
+        # target_ids=None)`: a user's `score(ids, mask)` reads the mask as the mask.
+        model = _task()
+        x, y = _ids(self.rng, 2, 7)
+        mask = np.ones_like(x, bool)
+        mask[1, 4:] = False
+        logits = np.asarray(model.score(x, mask))
+        self.assertEqual(logits.shape, (2, 7, len(WORDS)))
+        # Against predict (another path): the first row whole, the second up to its padding,
+        # and 0 in the padding.
+        log_p = model.predict({"token_ids": x, "padding_mask": mask}, verbose=0)
+        self.assertAllClose(logits[0], log_p[0], atol=1e-5)
+        self.assertAllClose(logits[1, :4], log_p[1, :4], atol=1e-5)
+        self.assertAllEqual(logits[1, 4:], np.zeros((3, len(WORDS))))
+        loss = np.asarray(model.score(x, mask, scoring_mode="loss", target_ids=y))
+        picked = -np.take_along_axis(log_p, y[..., None], -1)[..., 0]
+        self.assertAllClose(loss, np.where(mask, picked, 0.0), atol=1e-5)
+        unmasked = model.predict(x, verbose=0)
+        self.assertAllClose(model.score(x, scoring_mode="log_probs", target_ids=y),
+                            np.take_along_axis(unmasked, y[..., None], -1)[..., 0], atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"'loss' needs target_ids"):
+            model.score(x, mask, scoring_mode="loss")
+        with self.assertRaisesRegex(ValueError, r"layer_intercept_fn=...\) is not supported"):
+            model.score(x, layer_intercept_fn=lambda h, i: h)
+        with self.assertRaisesRegex(ValueError, r"`padding_mask` must be bool"):
+            model.score(x, y)  # the old call's targets as a mask: refused, not scored
 
     @parameterized.named_parameters(*TASKS)
     def test_greedy_generate_is_the_argmax_of_the_full_sequence_mixture(self, cls):
@@ -158,7 +187,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         ids = np.asarray(out["token_ids"])
         self.assertAllEqual(ids[0, :5], prompts["token_ids"][0, :5])  # prompts kept
         self.assertAllEqual(ids[1, :3], prompts["token_ids"][1, :3])
-        log_p = model.score(ids[:, :-1], scoring_mode="logits")["logits"]
+        log_p = model.score_with_state(ids[:, :-1], scoring_mode="logits")["logits"]
         for row, start in ((0, 5), (1, 3)):
             self.assertAllEqual(ids[row, start:], np.argmax(log_p[row, start - 1:], -1))
 

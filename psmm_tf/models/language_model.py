@@ -27,12 +27,49 @@ SCORE_PIECE_LENGTH = 128
 class ScoringMixin:
     """`score()` and `score_text()` for any model with the `LanguageModel` call and `log_prob`."""
 
-    def score(self, token_ids, target_ids=None, padding_mask=None, state=None, memory=None,
-              scoring_mode="log_probs", token_chars=None):
+    def score(self, token_ids, padding_mask=None, scoring_mode="logits",
+              layer_intercept_fn=None, target_ids=None):
+        """keras-hub's `CausalLM.score`: per-token scores of `token_ids` as one tensor.
+
+        The signature and return of keras-hub's (e.g. `GPT2CausalLM.score`), so a keras-hub
+        user's `model.score(ids, mask)` reads the mask as the mask. Each row is read from the
+        zero state with an empty memory; `score_with_state` carries them across calls and
+        returns the gate too.
+
+        Args:
+            token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.
+            padding_mask: optional bool `(batch_size, T)` (all True when None); False for
+                padding, whose scores are 0.
+            scoring_mode: "logits" (the mixture's log-probabilities of every word, pointer
+                included: logits whose softmax is the model's distribution), "loss" (the
+                per-token negative log-likelihood of `target_ids`) or "log_probs" (its
+                negative).
+            layer_intercept_fn: must be None: the recurrent backbone has no per-layer hook
+                (keras-hub's transformer models call it on each layer's activations).
+            target_ids: int `(batch_size, T)`, needed by "loss" and "log_probs".
+
+        Returns:
+            float32 `(batch_size, T, V)` ("logits") or `(batch_size, T)`.
+
+        Raises:
+            ValueError: an unknown `scoring_mode`, "loss" without `target_ids`, a
+                `layer_intercept_fn`, or inputs `validate_inputs` refuses.
+        """
+        if layer_intercept_fn is not None:
+            raise ValueError("score(layer_intercept_fn=...) is not supported: the recurrent "
+                             "backbone has no per-layer activations to intercept; give None.")
+        result = self.score_with_state(token_ids, target_ids, padding_mask=padding_mask,
+                                       scoring_mode=scoring_mode)
+        return result[scoring_mode]
+
+    def score_with_state(self, token_ids, target_ids=None, padding_mask=None, state=None,
+                         memory=None, scoring_mode="log_probs", token_chars=None):
         """Scores `target_ids` after `token_ids`, carrying the state and memory (eager entry).
 
-        Argument names follow keras-hub's `CausalLM.score`. The inputs are checked
-        (`validate_inputs`) and the model runs compiled on the current backend.
+        The package's scoring call (named `score` in earlier versions; `score` is now
+        keras-hub's). The
+        inputs are checked (`validate_inputs`) and the model runs compiled on the current
+        backend.
 
         Args:
             token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.
@@ -135,7 +172,7 @@ class ScoringMixin:
         spelled = getattr(self, "input_embedding", "ids") == "chars"
         batch = self.preprocessor.score_inputs(
             texts, max_word_length=self.backbone.max_word_length if spelled else None)
-        scores = self.score(batch["token_ids"], batch["target_ids"],
+        scores = self.score_with_state(batch["token_ids"], batch["target_ids"],
                             padding_mask=batch["padding_mask"],
                             token_chars=batch.get("token_chars"))
         mask = batch["padding_mask"]
