@@ -42,6 +42,9 @@ PRESET_DESCRIPTION = (f"a preset is a folder holding {MODEL_FILE} (written by sa
                       "or a psmm-train run folder), or a .keras file")
 # The samplers `compile(sampler=...)` takes by name (keras-hub's, as `generate` drives them).
 SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam")
+# Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
+_LOSS_NAMES = {name: lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+               for name in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")}
 # The longest `generate(max_length=...)`: reading the prompt forms `(batch_size, max_length, V)`
 # log-probabilities, so an unbounded length is unbounded memory.
 MAX_GENERATE_LENGTH = 4096
@@ -74,6 +77,21 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     backbone = None
     preprocessor = None
 
+    @property
+    def sampler(self):
+        """The keras-hub sampler `generate` uses (set by `compile`; None before)."""
+        return self.__dict__.get("_generate_sampler")
+
+    @sampler.setter
+    def sampler(self, sampler):
+        # Set after compile too: `generate` traces again with it (TensorFlow had kept the
+        # sampler of its first trace, JAX took the new one).
+        if sampler is not None:
+            _check_sampler(sampler)
+            sampler = keras_hub.samplers.get(sampler)
+        self.__dict__["_generate_sampler"] = sampler
+        self.generate_function = None
+
     def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto",
                 sampler="greedy", pointer_weight=TrainConfig.pointer_loss_weight, **kwargs):
         """Configures `fit`, `evaluate` and `generate`, with the language model's defaults.
@@ -88,7 +106,10 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 `pointer_weight` > 0; the softmax cross-entropy without a pointer). Any Keras
                 loss is given the targets and the mixture's log-probabilities
                 `(batch_size, T, V)` as logits (e.g. `SparseCategoricalCrossentropy(
-                from_logits=True)` is the mixture NLL).
+                from_logits=True)` is the mixture NLL), or its probabilities where the loss
+                has `from_logits=False`; the name "sparse_categorical_crossentropy" is the
+                mixture NLL. Losses averaged over the batch ("sum_over_batch_size") average
+                over the weighted targets (padding excluded), as the "auto" loss does.
             weighted_metrics: "auto": perplexity and accuracy of the mixture; metrics are given
                 the mixture's log-probabilities, weighted by the padding mask.
             sampler: a keras-hub sampler or its name ("greedy", "top_k", "top_p", "random",
@@ -104,6 +125,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         """
         if optimizer == "auto":
             optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=5.0)
+        if isinstance(loss, str) and loss in _LOSS_NAMES:
+            loss = _LOSS_NAMES[loss]()
         if loss == "auto":
             loss = PointerSentinelLoss(pointer_weight=pointer_weight,
                                        reduction="mean_with_sample_weight")
@@ -206,8 +229,15 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         targets, weights = fit_targets(x, y, sample_weight)
         if not isinstance(self.loss, PointerSentinelLoss):
-            return super().compute_loss(x, targets, self.log_distribution(y_pred), weights,
-                                        training)
+            predictions = self.log_distribution(y_pred)
+            if getattr(self.loss, "from_logits", True) is False:
+                predictions = ops.exp(predictions)  # a loss of probabilities gets them
+            if getattr(self.loss, "reduction", None) == "sum_over_batch_size":
+                # Keras divides by every position, padding included: weights rescaled to a
+                # mean of 1, the average is over the weighted targets, as the default loss.
+                weights = weights * ops.divide_no_nan(ops.cast(ops.size(weights), "float32"),
+                                                      ops.sum(weights))
+            return super().compute_loss(x, targets, predictions, weights, training)
         losses = [self.loss(targets, y_pred, weights)]
         losses += [self._aggregate_additional_loss(loss) for loss in self.losses]
         return losses[0] if len(losses) == 1 else ops.sum(losses)

@@ -3,9 +3,11 @@
 import os
 
 import keras
+import keras_hub
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+from keras import ops
 
 from psmm_tf import testing
 from psmm_tf.data import Vocabulary
@@ -204,6 +206,42 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         model.set_gate_calibration((0.0, 30.0))
         self.assertFalse(set(model.generate("w17 w3 w17 w3", max_length=12,
                                             stop_token_ids=None).split()[4:]) <= {"w17", "w3"})
+
+    def test_a_sampler_set_after_compile_is_used(self):
+        class Always7(keras_hub.samplers.Sampler):
+            def get_next_token(self, probabilities):
+                return ops.full(ops.shape(probabilities)[:1], 7, "int32")
+
+        model = _task()
+        model.compile(sampler="greedy")
+        first = model.generate("w1 w2", max_length=7, stop_token_ids=None)
+        model.sampler = Always7()
+        self.assertEqual(model.generate("w1 w2", max_length=7, stop_token_ids=None),
+                         "w1 w2 w5 w5 w5 w5")  # id 7 is w5
+        model.sampler = "greedy"
+        self.assertEqual(model.generate("w1 w2", max_length=7, stop_token_ids=None), first)
+        with self.assertRaisesRegex(ValueError, r"compile\(sampler='nope'\): expected one of"):
+            model.sampler = "nope"
+
+    def test_stock_keras_losses_average_over_the_targets_as_the_default(self):
+        # Padding carries no weight: a stock sparse cross-entropy (logits, probabilities or
+        # its name) gives the default loss's number, not one divided by every position.
+        model = _task()
+        x, y = _ids(self.rng, 2, 8)
+        mask = np.ones_like(x, bool)
+        mask[1, 3:] = False
+        data = ({"token_ids": x, "padding_mask": mask}, np.where(mask, y, 0))
+        model.compile()
+        default = model.evaluate(*data, verbose=0, return_dict=True)["loss"]
+        log_p = model.predict(data[0], verbose=0)
+        nll = -np.take_along_axis(log_p, y[..., None], -1)[..., 0]
+        self.assertAllClose(default, nll[mask].mean(), rtol=1e-5)
+        for loss in (keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                     keras.losses.SparseCategoricalCrossentropy(),
+                     "sparse_categorical_crossentropy"):
+            model.compile(loss=loss)
+            self.assertAllClose(model.evaluate(*data, verbose=0, return_dict=True)["loss"],
+                                default, rtol=1e-4, msg=str(loss))
 
     @parameterized.named_parameters(("greedy", "greedy"), ("top_k", "top_k"),
                                     ("top_p", "top_p"), ("random", "random"),
