@@ -11,11 +11,16 @@ r"""The Keras task's own paths against their references: long-text scoring and g
    against a hand loop: a compiled one-token step called from Python per token, as a user
    would write it. Both generate the same tokens (checked); reported are tokens per second
    and the ratio.
+3. `fit` with the default `compile()` (the backend's `jit_compile` default: off on
+   TensorFlow, `jax.jit` on JAX) on random ids, the preset's batch size and `num_predicted`
+   targets per row: training steps per second after one warm-up call (compile). Run it once per
+   backend (`KERAS_BACKEND=jax python benchmarks/keras_task.py --parts=fit`) to compare them.
 
 Weights are random (the preset's initialisation): speed does not depend on them.
 
 Usage:
   python benchmarks/keras_task.py --preset=small --words=20000 --rounds=3
+  KERAS_BACKEND=jax python benchmarks/keras_task.py --preset=small --parts=fit
 """
 
 import multiprocessing
@@ -37,6 +42,9 @@ flags.DEFINE_integer("prompt_words", 20, "Words of the generation prompt.")
 flags.DEFINE_integer("generate_tokens", 200, "Tokens generated per timed generation.")
 flags.DEFINE_integer("batch_size", 4, "Prompts generated at once.")
 flags.DEFINE_integer("seed", 0, "Seed of the text and weights.")
+flags.DEFINE_list("parts", ["score", "generate", "fit"], "Which measurements to run: score, "
+                  "generate, fit.")
+flags.DEFINE_integer("fit_steps", 20, "Timed training steps of the fit measurement.")
 
 
 def _build(preset, vocab_size, seed, folder):
@@ -125,6 +133,25 @@ def _hand_loop(model, prompt_ids, steps):
     return np.concatenate(generated, axis=1)
 
 
+def _fit_speed(model, preset, vocab_size, steps, rng):
+    """Training steps per second of `model.fit` (default compile) on random ids.
+
+    Returns:
+        `(steps_per_second, batch_size, num_predicted, jit_compile)`.
+    """
+    from psmm_tf import configs
+
+    train = configs.get_preset(preset).train
+    rows, length = train.batch_size, train.num_predicted
+    text = rng.integers(2, vocab_size, size=((steps + 2) * rows, length + 1)).astype("int32")
+    x, y = text[:, :-1], text[:, 1:]
+    model.compile()
+    model.fit(x[:2 * rows], y[:2 * rows], batch_size=rows, verbose=0)  # compile
+    start = time.perf_counter()
+    model.fit(x[2 * rows:], y[2 * rows:], batch_size=rows, shuffle=False, verbose=0)
+    return steps / (time.perf_counter() - start), rows, length, model.jit_compile
+
+
 def main(argv):
     del argv
     import keras
@@ -132,51 +159,68 @@ def main(argv):
     rng = np.random.default_rng(FLAGS.seed)
     folder = tempfile.mkdtemp(prefix="psmm-keras-task-bench-")
     try:
-        from psmm_tf.export import export_saved_model
-
         model, vocab_file, words = _build(FLAGS.preset, FLAGS.vocab_size, FLAGS.seed, folder)
-        export_saved_model.export(model, vocab_file, os.path.join(folder, "export"), version=1,
-                                  max_tokens=max(20_000, 2 * FLAGS.words))
         print(f"preset {FLAGS.preset} ({model.num_layers}x{model.hidden_dim}, window "
               f"{model.window_size}), V = {FLAGS.vocab_size}, Keras {keras.__version__} "
               f"({keras.backend.backend()}), {os.cpu_count()} CPUs")
-        text = _long_text(words, FLAGS.words, rng)
-        results = {path: _in_child(_score_child, path, folder, text, FLAGS.rounds)
-                   for path in ("load only", "python", "savedmodel")}
-        (ll_py, t_py, mb_py), (ll_sm, t_sm, mb_sm) = results["python"], results["savedmodel"]
-        np.testing.assert_allclose(ll_py, ll_sm, rtol=1e-4)  # the same numbers
-        print(f"score_text of {FLAGS.words:,} words: Python {t_py:.2f} s (peak {mb_py:,.0f} MB),"
-              f" SavedModel {t_sm:.2f} s (peak {mb_sm:,.0f} MB); Python / SavedModel "
-              f"{t_py / t_sm:.2f}; log-likelihood {ll_py:.1f}; a process that only imports "
-              f"and loads the model peaks at {results['load only'][2]:,.0f} MB")
-
-        model.compile(sampler="greedy")
-        model.preprocessor = None  # ids in, ids out
-        length = FLAGS.prompt_words + 1 + FLAGS.generate_tokens
-        ids = rng.integers(2, FLAGS.vocab_size, size=(FLAGS.batch_size, FLAGS.prompt_words + 1))
-        ids[:, 0] = 1  # <eos> starts every prompt
-        prompts = {"token_ids": np.zeros((FLAGS.batch_size, length), "int32"),
-                   "padding_mask": np.zeros((FLAGS.batch_size, length), bool)}
-        prompts["token_ids"][:, :ids.shape[1]] = ids
-        prompts["padding_mask"][:, :ids.shape[1]] = True
-        timed = {}
-        for name, run in (("generate", lambda: np.asarray(model.generate(
-                              dict(prompts), stop_token_ids=None)["token_ids"])[:, ids.shape[1]:]),
-                          ("hand loop", lambda: _hand_loop(model, ids.astype("int32"),
-                                                           FLAGS.generate_tokens))):
-            out = run()  # compile
-            start = time.perf_counter()
-            timed[name] = (run(), time.perf_counter() - start)
-            np.testing.assert_array_equal(out, timed[name][0])
-        np.testing.assert_array_equal(timed["generate"][0], timed["hand loop"][0])
-        tokens = FLAGS.batch_size * FLAGS.generate_tokens
-        rate = {name: tokens / seconds for name, (_, seconds) in timed.items()}
-        print(f"greedy generation of {FLAGS.generate_tokens} tokens x {FLAGS.batch_size} "
-              f"prompts: generate {rate['generate']:,.0f} tokens/s, hand loop "
-              f"{rate['hand loop']:,.0f} tokens/s; generate / hand loop "
-              f"{rate['generate'] / rate['hand loop']:.2f} (same tokens)")
+        if "fit" in FLAGS.parts:
+            rate, rows, length, jit = _fit_speed(model, FLAGS.preset, FLAGS.vocab_size,
+                                                 FLAGS.fit_steps, rng)
+            print(f"fit ({keras.backend.backend()}, jit_compile={jit}): {rate:.2f} steps/s "
+                  f"({FLAGS.fit_steps} steps of {rows} rows x {length} targets, "
+                  f"{rate * rows * length:,.0f} targets/s)")
+        if "score" in FLAGS.parts:
+            _score_and_compare(model, vocab_file, words, folder, rng)
+        if "generate" in FLAGS.parts:
+            _generate_and_compare(model, rng)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _score_and_compare(model, vocab_file, words, folder, rng):
+    """Part 1: `score_text` in Python against the SavedModel's signature."""
+    from psmm_tf.export import export_saved_model
+
+    export_saved_model.export(model, vocab_file, os.path.join(folder, "export"), version=1,
+                              max_tokens=max(20_000, 2 * FLAGS.words))
+    text = _long_text(words, FLAGS.words, rng)
+    results = {path: _in_child(_score_child, path, folder, text, FLAGS.rounds)
+               for path in ("load only", "python", "savedmodel")}
+    (ll_py, t_py, mb_py), (ll_sm, t_sm, mb_sm) = results["python"], results["savedmodel"]
+    np.testing.assert_allclose(ll_py, ll_sm, rtol=1e-4)  # the same numbers
+    print(f"score_text of {FLAGS.words:,} words: Python {t_py:.2f} s (peak {mb_py:,.0f} MB),"
+          f" SavedModel {t_sm:.2f} s (peak {mb_sm:,.0f} MB); Python / SavedModel "
+          f"{t_py / t_sm:.2f}; log-likelihood {ll_py:.1f}; a process that only imports "
+          f"and loads the model peaks at {results['load only'][2]:,.0f} MB")
+
+
+def _generate_and_compare(model, rng):
+    """Part 2: `generate` against a hand loop of one-token steps."""
+    model.compile(sampler="greedy")
+    model.preprocessor = None  # ids in, ids out
+    length = FLAGS.prompt_words + 1 + FLAGS.generate_tokens
+    ids = rng.integers(2, FLAGS.vocab_size, size=(FLAGS.batch_size, FLAGS.prompt_words + 1))
+    ids[:, 0] = 1  # <eos> starts every prompt
+    prompts = {"token_ids": np.zeros((FLAGS.batch_size, length), "int32"),
+               "padding_mask": np.zeros((FLAGS.batch_size, length), bool)}
+    prompts["token_ids"][:, :ids.shape[1]] = ids
+    prompts["padding_mask"][:, :ids.shape[1]] = True
+    timed = {}
+    for name, run in (("generate", lambda: np.asarray(model.generate(
+                          dict(prompts), stop_token_ids=None)["token_ids"])[:, ids.shape[1]:]),
+                      ("hand loop", lambda: _hand_loop(model, ids.astype("int32"),
+                                                       FLAGS.generate_tokens))):
+        out = run()  # compile
+        start = time.perf_counter()
+        timed[name] = (run(), time.perf_counter() - start)
+        np.testing.assert_array_equal(out, timed[name][0])
+    np.testing.assert_array_equal(timed["generate"][0], timed["hand loop"][0])
+    tokens = FLAGS.batch_size * FLAGS.generate_tokens
+    rate = {name: tokens / seconds for name, (_, seconds) in timed.items()}
+    print(f"greedy generation of {FLAGS.generate_tokens} tokens x {FLAGS.batch_size} "
+          f"prompts: generate {rate['generate']:,.0f} tokens/s, hand loop "
+          f"{rate['hand loop']:,.0f} tokens/s; generate / hand loop "
+          f"{rate['generate'] / rate['hand loop']:.2f} (same tokens)")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ vocabulary words) as training does, score every token after a leading `<eos>`, a
 per-token log-probabilities and the gate. The SavedModel path is one call of `serving_default`
 on `tf.saved_model.load` of a fresh `psmm-export` (tokenization, lookup, checks and model in the
 graph); the Keras path tokenizes in Python (`str.split`, `Vocabulary.encode`), pads, and calls
-`model.score(inputs, targets, padding_mask)`. Requests of the two paths are interleaved (A B A B
-...) so that load from elsewhere on a shared machine hits both alike.
+`model.score_with_state(inputs, targets, padding_mask)`. Requests of the two paths are
+interleaved (A B A B ...) so that load from elsewhere on a shared machine hits both alike.
 
 Reported, per batch size (1 and 32 sentences per request): latency p50 and p99 in ms and
 scored tokens/s, side by side, and the ratio Keras time / SavedModel time (> 1: the SavedModel
@@ -49,7 +49,8 @@ def sentences(words, count, rng):
 
 
 def keras_request(model, vocab, texts):
-    """The Keras path: Python tokenization, padding and `model.score`; returns (lp, gate)."""
+    """The Keras path: Python tokenization, padding and `model.score_with_state`; returns
+    (lp, gate)."""
     ids = [vocab.encode(reference_tokens(text)) for text in texts]
     time_steps = max(len(x) for x in ids)
     targets = np.zeros([len(ids), time_steps], np.int32)
@@ -58,7 +59,7 @@ def keras_request(model, vocab, texts):
         targets[row, :len(x)], mask[row, :len(x)] = x, True
     inputs = np.concatenate([np.full([len(ids), 1], vocab.eos_id, np.int32), targets[:, :-1]],
                             axis=1)
-    out = model.score(inputs, targets, padding_mask=mask)
+    out = model.score_with_state(inputs, targets, padding_mask=mask)
     return out["log_probs"].numpy(), np.where(mask, out["gate"].numpy(), 0.0)  # as served
 
 

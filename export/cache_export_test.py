@@ -105,7 +105,7 @@ class CacheExportTest(psmm_testing.TestCase):
         """The NumPy loop over the equations, on the Keras model's log-probs and states."""
         ids = np.asarray(ids, np.int32)[None]
         inputs = self.inputs_of(ids)
-        model_log_probs = self.model.score(inputs, ids)["log_probs"].numpy()[0]
+        model_log_probs = self.model.score_with_state(inputs, ids)["log_probs"].numpy()[0]
         hidden = self.model(inputs)["hidden"].numpy()[0].astype(np.float64)
         return psmm_testing.reference_cache_log_probs(model_log_probs, hidden, ids[0], THETA,
                                                       LAMBDA, WINDOW)
@@ -147,7 +147,7 @@ class CacheExportTest(psmm_testing.TestCase):
             self.assertAllClose(batch["log_probs"][row][:n], single["log_probs"][0], atol=1e-5)
             self.assertAllClose(batch["perplexity"][row], np.exp(-expected.mean()), rtol=1e-5)
             # The cache is used from the second token on; the gate is the model's.
-            plain = self.model.score(self.inputs_of(ids[None]), ids[None])
+            plain = self.model.score_with_state(self.inputs_of(ids[None]), ids[None])
             self.assertAllClose(batch["log_probs"][row][0], plain["log_probs"][0, 0], atol=1e-6)
             self.assertGreater(np.abs(batch["log_probs"][row][1:n] - plain["log_probs"][0, 1:])
                                .max(), 0.05)

@@ -44,7 +44,7 @@ class CharacterInputExportTest(psmm_testing.TestCase):
         read = ["<eos>"] + tokens[:-1]
         inputs = self.vocab.encode(read)[None]
         chars = word_characters(read, W)[None]
-        return self.model.score(inputs, ids, token_chars=chars)["log_probs"].numpy()[0]
+        return self.model.score_with_state(inputs, ids, token_chars=chars)["log_probs"].numpy()[0]
 
     def test_words_outside_the_vocabulary_are_read_from_their_spelling(self):
         # Outside words: plain, multi-byte, and longer than the 22 bytes a spelling keeps.

@@ -31,7 +31,7 @@ def keras_log_probs(model, vocab, texts):
     for text in texts:
         ids = vocab.encode(reference_tokens(text))[None]
         inputs = np.concatenate([[[vocab.eos_id]], ids[:, :-1]], axis=1)
-        result.append(model.score(inputs, ids)["log_probs"].numpy()[0])
+        result.append(model.score_with_state(inputs, ids)["log_probs"].numpy()[0])
     return result
 
 

@@ -95,7 +95,7 @@ class InputOutputGateExportTest(tf.test.TestCase):
         """Keras `score()` of one text's token ids read after `<eos>`: (log_probs, gate)."""
         ids = np.asarray(ids, np.int32)[None]
         inputs = np.concatenate([[[self.vocab.eos_id]], ids[:, :-1]], axis=1)
-        out = model.score(inputs, ids)
+        out = model.score_with_state(inputs, ids)
         return out["log_probs"].numpy()[0], out["gate"].numpy()[0]
 
     def test_the_gate_matters(self):

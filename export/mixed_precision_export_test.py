@@ -41,5 +41,5 @@ class MixedPrecisionExportTest(psmm_testing.TestCase, parameterized.TestCase):
             state = {name: out[name] for name in STATE_NAMES}
             pieces.append(out["log_probs"].numpy())
         inputs = np.concatenate([np.full((2, 1), vocabulary.eos_id, np.int32), ids[:, :-1]], 1)
-        keras_scores = model.score(inputs, ids)["log_probs"]
+        keras_scores = model.score_with_state(inputs, ids)["log_probs"]
         self.assertAllClose(np.concatenate(pieces, 1), np.asarray(keras_scores), atol=2e-3)

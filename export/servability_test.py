@@ -47,6 +47,7 @@ class ServabilityTest(tf.test.TestCase):
                                   verbose=0)
         for row, length in enumerate((5, 3)):
             inputs = np.concatenate([[[1]], ids[row:row + 1, :length - 1]], axis=1)
-            expected = self.model.score(inputs, ids[row:row + 1, :length])["log_probs"][0]
+            expected = self.model.score_with_state(
+                inputs, ids[row:row + 1, :length])["log_probs"][0]
             self.assertAllClose(result["log_probs"][row][:length], expected, atol=1e-5)
             self.assertAllClose(result["nll"][row], -np.mean(expected), atol=1e-5)

@@ -45,7 +45,7 @@ class ServingModuleTest(psmm_testing.TestCase):
         """Keras `score()` of one text's token ids, read after a leading <eos>."""
         ids = np.asarray(ids, np.int32)[None]
         inputs = np.concatenate([[[self.vocab.eos_id]], ids[:, :-1]], axis=1)
-        out = self.model.score(inputs, ids)
+        out = self.model.score_with_state(inputs, ids)
         return out["log_probs"].numpy()[0], out["gate"].numpy()[0]
 
     def test_tokenization_matches_the_corpus_reader(self):
@@ -195,7 +195,7 @@ class ServingModuleTest(psmm_testing.TestCase):
             for row, text in enumerate(texts):
                 ids = self.vocab.encode(tokenization.reference_tokens(text))[None]
                 inputs = np.concatenate([[[self.vocab.eos_id]], ids[:, :-1]], axis=1)
-                expected = model.score(inputs, ids)
+                expected = model.score_with_state(inputs, ids)
                 n = ids.shape[1]
                 self.assertAllClose(out["log_probs"][row][:n], expected["log_probs"][0],
                                     atol=1e-5)

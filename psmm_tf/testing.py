@@ -353,7 +353,7 @@ def scores_after_keras_round_trip(model, text, directory, check="", backend=None
             model = keras.saving.load_model({model_path!r})
 {check}
             text = np.load({text_path!r})
-            scores = model.score(text[:, :-1], text[:, 1:])["log_probs"]
+            scores = model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"]
             np.save({out_path!r}, keras.ops.convert_to_numpy(scores))
     """, env={"KERAS_BACKEND": backend or keras.backend.backend()})
     return np.load(out_path)

@@ -32,7 +32,8 @@ def reference_perplexities(model, ids, window, theta, lam):
     and p = (1 - lam) p_model + lam p_cache, except at t = 0 (no history): p = p_model.
     """
     inputs, targets = ids[None, :-1], ids[None, 1:]
-    model_log_probs = model.score(inputs, targets)["log_probs"].numpy()[0].astype(np.float64)
+    model_log_probs = model.score_with_state(inputs, targets)["log_probs"].numpy()[0].astype(
+        np.float64)
     hidden = model(inputs, memory=model.empty_memory(1))["hidden"].numpy()[0].astype(np.float64)
     nll = []
     for t in range(len(targets[0])):

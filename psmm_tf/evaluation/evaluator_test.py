@@ -24,7 +24,7 @@ class EvaluatorTest(tf.test.TestCase):
 
     def one_piece_log_probs(self, model):
         """-log p of every target with the whole text in one call (no carried state)."""
-        out = model.score(self.ids[None, :-1], self.ids[None, 1:])
+        out = model.score_with_state(self.ids[None, :-1], self.ids[None, 1:])
         return -out["log_probs"].numpy()[0].astype(np.float64), out["gate"].numpy()[0]
 
     def test_psmm_perplexity_is_exact_for_any_window_length(self):

@@ -145,7 +145,7 @@ class NeuralCache:
         return neural_cache.empty_cache(batch_size, self.window, self.model.hidden_dim)
 
     def score(self, inputs, targets, token_mask=None, state=None, memory=None, cache=None):
-        """Like `LanguageModel.score`, with the cache; also takes and returns `cache`."""
+        """Like `LanguageModel.score_with_state`, with the cache; also takes and returns `cache`."""
         out = self.probabilities(inputs, targets, token_mask, state, memory, cache,
                                  thetas=[self.theta])
         log_probs = neural_cache.interpolate(out["model_log_probs"], out["cache_probs"][0],

@@ -21,7 +21,8 @@ class NeuralCacheTest(testing.TestCase):
         model = self._model()
         text = self.rng.integers(0, VOCAB, size=(1, 21)).astype("int32")
         inputs, targets = text[:, :-1], text[:, 1:]
-        model_log_probs = ops.convert_to_numpy(model.score(inputs, targets)["log_probs"])[0]
+        model_log_probs = ops.convert_to_numpy(
+            model.score_with_state(inputs, targets)["log_probs"])[0]
         hidden = ops.convert_to_numpy(model(inputs, memory=model.empty_memory(1))["hidden"])[0]
         expected = testing.reference_cache_log_probs(model_log_probs, hidden, targets[0],
                                                      theta=0.7, lam=0.3, window=6)
@@ -41,7 +42,7 @@ class NeuralCacheTest(testing.TestCase):
     def test_wraps_a_pointer_model_and_lambda_zero_is_the_model(self):
         model = self._model(PointerSentinelLM)
         text = self.rng.integers(0, VOCAB, size=(2, 9)).astype("int32")
-        plain = model.score(text[:, :-1], text[:, 1:])["log_probs"]
+        plain = model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"]
         cached = NeuralCache(model, window=5, lam=0.0).score(text[:, :-1], text[:, 1:])
         self.assertAllClose(cached["log_probs"], plain, atol=1e-6)
 

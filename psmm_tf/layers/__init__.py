@@ -15,6 +15,7 @@ from psmm_tf.layers.mixture import (
     pointer_mass,
     vocab_log_prob,
 )
+from psmm_tf.layers.mixture_layer import PointerSentinelMixture
 from psmm_tf.layers.pointer_sentinel import PointerSentinel, WindowedAttention, window_band
 from psmm_tf.layers.pointer_softmax import PointerSoftmax
 from psmm_tf.layers.sampled_softmax import SampledSoftmax
@@ -29,6 +30,7 @@ __all__ = [
     "InputOutputGate",
     "LockedDropout",
     "PointerSentinel",
+    "PointerSentinelMixture",
     "PointerSoftmax",
     "WindowedAttention",
     "ZoneoutLSTM",

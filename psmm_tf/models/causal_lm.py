@@ -25,6 +25,7 @@ import zipfile
 
 import keras
 import keras_hub
+import numpy as np
 from keras import ops
 
 from psmm_tf import native
@@ -35,6 +36,17 @@ from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 # (`psmm_tf.workdir`) holds the same model file, so it loads as a preset too.
 MODEL_FILE = "model.keras"
 PRESET_METADATA_FILE = "metadata.json"
+# What `from_preset` and the errors about presets say a preset is.
+PRESET_DESCRIPTION = (f"a preset is a folder holding {MODEL_FILE} (written by save_to_preset, "
+                      "or a psmm-train run folder), or a .keras file")
+# The samplers `compile(sampler=...)` takes by name (keras-hub's, as `generate` drives them).
+SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam")
+# Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
+_LOSS_NAMES = {name: lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+               for name in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")}
+# The longest `generate(max_length=...)`: reading the prompt forms `(batch_size, max_length, V)`
+# log-probabilities, so an unbounded length is unbounded memory.
+MAX_GENERATE_LENGTH = 4096
 
 
 def read_model_file(path, error=ValueError, advice=""):
@@ -64,6 +76,21 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     backbone = None
     preprocessor = None
 
+    @property
+    def sampler(self):
+        """The keras-hub sampler `generate` uses (set by `compile`; None before)."""
+        return self.__dict__.get("_generate_sampler")
+
+    @sampler.setter
+    def sampler(self, sampler):
+        # Set after compile too: `generate` traces again with it (TensorFlow had kept the
+        # sampler of its first trace, JAX took the new one).
+        if sampler is not None:
+            _check_sampler(sampler)
+            sampler = keras_hub.samplers.get(sampler)
+        self.__dict__["_generate_sampler"] = sampler
+        self.generate_function = None
+
     def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto",
                 sampler="greedy", pointer_weight=TrainConfig.pointer_loss_weight, **kwargs):
         """Configures `fit`, `evaluate` and `generate`, with the language model's defaults.
@@ -78,24 +105,36 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 `pointer_weight` > 0; the softmax cross-entropy without a pointer). Any Keras
                 loss is given the targets and the mixture's log-probabilities
                 `(batch_size, T, V)` as logits (e.g. `SparseCategoricalCrossentropy(
-                from_logits=True)` is the mixture NLL).
+                from_logits=True)` is the mixture NLL), or its probabilities where the loss
+                has `from_logits=False`; the name "sparse_categorical_crossentropy" is the
+                mixture NLL. Losses averaged over the batch ("sum_over_batch_size") average
+                over the weighted targets (padding excluded), as the "auto" loss does.
             weighted_metrics: "auto": perplexity and accuracy of the mixture; metrics are given
                 the mixture's log-probabilities, weighted by the padding mask.
             sampler: a keras-hub sampler or its name ("greedy", "top_k", "top_p", "random",
                 "beam") for `generate`.
             pointer_weight: float >= 0. Weight of eq. 9's pointer term in the "auto" loss
                 (default: psmm-train's, `TrainConfig.pointer_loss_weight` = 0; the paper: 1).
-            **kwargs: as `keras.Model.compile`.
+            **kwargs: as `keras.Model.compile`. `jit_compile` defaults to False on TensorFlow
+                (`fit`'s step may run the native CPU kernels, which XLA cannot) and to Keras's
+                "auto" on the other backends (JAX: `fit` compiled with `jax.jit`).
+
+        Raises:
+            ValueError: `sampler` is not one of `SAMPLER_NAMES` or a keras-hub sampler.
         """
         if optimizer == "auto":
             optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=5.0)
+        if isinstance(loss, str) and loss in _LOSS_NAMES:
+            loss = _LOSS_NAMES[loss]()
         if loss == "auto":
             loss = PointerSentinelLoss(pointer_weight=pointer_weight,
                                        reduction="mean_with_sample_weight")
         if weighted_metrics == "auto":
             weighted_metrics = [keras_hub.metrics.Perplexity(from_logits=True),
                                 keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        kwargs.setdefault("jit_compile", False)
+        _check_sampler(sampler)
+        if keras.config.backend() == "tensorflow":
+            kwargs.setdefault("jit_compile", False)
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
                         sampler=sampler, **kwargs)
 
@@ -113,6 +152,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
     def compile_from_config(self, config):
         config = dict(config)
+        # The backend's default: a file saved on JAX (compiled) is loaded on TensorFlow too.
+        config.pop("jit_compile", None)
         sampler = keras_hub.samplers.deserialize(config.pop("sampler")) if "sampler" in config \
             else "greedy"
         self.compile(**keras.saving.deserialize_keras_object(config), sampler=sampler)
@@ -129,21 +170,73 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
     # --- fit / evaluate ---------------------------------------------------------------------
 
-    def fit(self, x=None, y=None, *args, **kwargs):
-        self._compile_if_needed()
-        _check_id_arrays(self, x, y)
-        return super().fit(x, y, *args, **kwargs)
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+            validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
+            sample_weight=None, **kwargs):
+        """As `keras.Model.fit`, on strings (through the preprocessor), ids or datasets.
 
-    def evaluate(self, x=None, y=None, *args, **kwargs):
+        Arrays are checked before any step (a compiled step cannot raise on a value): ids
+        (int, or float holding whole numbers) `(batch_size, T)` in `[0, V)`, targets `y` of the
+        same shape, `sample_weight` finite and >= 0, `(batch_size,)` per text or
+        `(batch_size, T)` per target (with strings: per text, multiplying the padding mask).
+
+        Raises:
+            ValueError: an input named in the message is empty, of the wrong rank or dtype,
+                holds an id outside the vocabulary or a weight that is NaN, infinite or < 0.
+        """
         self._compile_if_needed()
-        _check_id_arrays(self, x, y)
-        return super().evaluate(x, y, *args, **kwargs)
+        x, y = _as_array_if_list_of_ids(x), _as_array_if_list_of_ids(y)
+        _check_id_arrays(self, x, y, sample_weight)
+        if sample_weight is not None and _holds_texts(x):
+            if validation_split:
+                raise ValueError("fit on texts with a sample_weight takes validation_data, "
+                                 "not validation_split.")
+            x, sample_weight, batch_size = self._weighted_texts(x, sample_weight, batch_size)
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                           callbacks=callbacks, validation_split=validation_split,
+                           validation_data=validation_data, shuffle=shuffle,
+                           class_weight=class_weight, sample_weight=sample_weight, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
+                 **kwargs):
+        """As `keras.Model.evaluate`, with `fit`'s checks of arrays."""
+        self._compile_if_needed()
+        x, y = _as_array_if_list_of_ids(x), _as_array_if_list_of_ids(y)
+        _check_id_arrays(self, x, y, sample_weight)
+        if sample_weight is not None and _holds_texts(x):
+            x, sample_weight, batch_size = self._weighted_texts(x, sample_weight, batch_size)
+        return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
+                                sample_weight=sample_weight, **kwargs)
+
+    def _weighted_texts(self, texts, sample_weight, batch_size):
+        """Texts and one weight per text as a preprocessed dataset (keras-hub's own path
+        drops `sample_weight` when `y` is None): `(dataset, None, None)` for `fit`."""
+        import tensorflow as tf
+
+        if self.preprocessor is None:
+            raise ValueError("fit on texts needs a preprocessor.")
+        texts = [texts] if isinstance(texts, str) else texts
+        weights = np.asarray(sample_weight, np.float32)
+        if len(weights) != len(texts):
+            raise ValueError(f"`sample_weight` holds {len(weights)} weights for {len(texts)} "
+                             "texts: expected one weight per text.")
+        dataset = tf.data.Dataset.from_tensor_slices((tf.constant(texts), weights))
+        dataset = dataset.batch(batch_size or 32).map(
+            lambda t, w: self.preprocessor(t, sample_weight=w))
+        return dataset, None, None
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         targets, weights = fit_targets(x, y, sample_weight)
         if not isinstance(self.loss, PointerSentinelLoss):
-            return super().compute_loss(x, targets, self.log_distribution(y_pred), weights,
-                                        training)
+            predictions = self.log_distribution(y_pred)
+            if getattr(self.loss, "from_logits", True) is False:
+                predictions = ops.exp(predictions)  # a loss of probabilities gets them
+            if getattr(self.loss, "reduction", None) == "sum_over_batch_size":
+                # Keras divides by every position, padding included: weights rescaled to a
+                # mean of 1, the average is over the weighted targets, as the default loss.
+                weights = weights * ops.divide_no_nan(ops.cast(ops.size(weights), "float32"),
+                                                      ops.sum(weights))
+            return super().compute_loss(x, targets, predictions, weights, training)
         losses = [self.loss(targets, y_pred, weights)]
         losses += [self._aggregate_additional_loss(loss) for loss in self.losses]
         return losses[0] if len(losses) == 1 else ops.sum(losses)
@@ -163,6 +256,37 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         return self.log_distribution(result)
 
     # --- generate ---------------------------------------------------------------------------
+
+    def generate(self, inputs, max_length=None, stop_token_ids="auto", strip_prompt=False):
+        """keras-hub's `generate`, its arguments checked first.
+
+        Args:
+            inputs: prompts (a str, a list of str; ids as a dict of `token_ids` and
+                `padding_mask` `(batch_size, S)` with `preprocessor=None`) or a dataset.
+            max_length: optional int in `[2, MAX_GENERATE_LENGTH]`: tokens of prompt (its
+                leading `<eos>` included) and generated words together; it must exceed the
+                longest prompt's length (default: the preprocessor's `sequence_length`).
+            stop_token_ids: "auto" (`<eos>`), None, or a list or tuple of int ids in `[0, V)`.
+            strip_prompt: bool, as keras-hub's.
+
+        Raises:
+            ValueError: `max_length` or `stop_token_ids` is not of the form above, or a prompt
+                leaves no position to generate.
+        """
+        _check_max_length(max_length)
+        stop_token_ids = _checked_stop_token_ids(stop_token_ids, self.vocab_size)
+        if self.preprocessor is not None:
+            length = self.preprocessor.sequence_length if max_length is None else max_length
+            longest = _longest_prompt(self.preprocessor, inputs)
+            if longest is not None and longest >= length:
+                given = (f"max_length={max_length}" if max_length is not None else
+                         f"the preprocessor's sequence_length ({length}, max_length=None)")
+                raise ValueError(
+                    f"{given} leaves no position to generate: the longest prompt holds "
+                    f"{longest} tokens (its words and the leading <eos>); give a max_length > "
+                    f"{longest} (prompt and generated words together).")
+        return super().generate(inputs, max_length=max_length, stop_token_ids=stop_token_ids,
+                                strip_prompt=strip_prompt)
 
     def generate_step(self, inputs, stop_token_ids=None):
         """Fills each row's positions after its prompt, one token per step.
@@ -218,65 +342,228 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
         Args:
             preset: a folder holding `model.keras` (a run folder of psmm-train, or a folder
-                written by `save_to_preset`) or a `.keras` file; other handles go to
-                keras-hub's loader.
+                written by `save_to_preset`) or a `.keras` file; a handle with a scheme
+                (`kaggle://`, `hf://`, ...) goes to keras-hub's loader.
             **kwargs: `compile` (bool) and keras-hub's options for other handles.
 
         Raises:
-            ValueError: the folder holds no `model.keras`, or a model of another class.
+            ValueError: the path does not exist, is a file other than a `.keras` file, a
+                symlink loop, or a folder holding no `model.keras`, or a model of another
+                class; the message names the path and what a preset holds.
         """
         path = os.fspath(preset)
-        model_file = path if path.endswith(".keras") else os.path.join(path, MODEL_FILE)
-        if os.path.isdir(path) or path.endswith(".keras"):
-            if not os.path.isfile(model_file):
-                raise ValueError(f"preset {path!r} holds no {MODEL_FILE}: expected a folder "
-                                 "written by save_to_preset, a psmm-train run folder or a "
-                                 ".keras file.")
-            model = read_model_file(model_file, advice=f" (preset {path!r})")
-            if not isinstance(model, cls):
-                raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
-                                 f"{cls.__name__}.")
-            return model
-        return super().from_preset(preset, **kwargs)
+        if "://" in path:
+            return super().from_preset(preset, **kwargs)
+        model_file = _preset_model_file(path)
+        model = read_model_file(model_file, advice=f" (preset {path!r})")
+        if not isinstance(model, cls):
+            raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
+                             f"{cls.__name__}.")
+        return model
 
     def save_to_preset(self, preset_dir):
         """Writes the model (weights, config, vocabulary) to a preset folder that
-        `from_preset` loads: `model.keras` and `metadata.json`. An existing model file there
-        is refused, not replaced."""
+        `from_preset` loads: `model.keras` and `metadata.json`.
+
+        Raises:
+            ValueError: `preset_dir` names a `.keras` file (a preset is a folder; one file is
+                `model.save(path)`).
+            FileExistsError: `preset_dir` is a file, or holds a `model.keras` or a
+                `metadata.json` (never replaced); nothing is written.
+        """
         import importlib.metadata
         import json
 
-        os.makedirs(preset_dir, exist_ok=True)
-        model_file = os.path.join(preset_dir, MODEL_FILE)
-        if os.path.exists(model_file):
-            raise FileExistsError(f"{model_file} exists: save_to_preset never replaces a "
-                                  "model; give an empty folder.")
-        self.save(model_file)
+        path = os.fspath(preset_dir)
+        if path.endswith(".keras"):
+            raise ValueError(f"save_to_preset({path!r}): a preset is a folder (of "
+                             f"{MODEL_FILE} and {PRESET_METADATA_FILE}), not a .keras file; to "
+                             f"write one .keras file use model.save({path!r}).")
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise FileExistsError(f"save_to_preset: {path} exists and is not a folder; give an "
+                                  "empty or new folder.")
+        for name in (MODEL_FILE, PRESET_METADATA_FILE):
+            if os.path.lexists(os.path.join(path, name)):
+                raise FileExistsError(f"{os.path.join(path, name)} exists: save_to_preset never "
+                                      "replaces a file; give an empty or new folder.")
+        os.makedirs(path, exist_ok=True)
+        self.save(os.path.join(path, MODEL_FILE))
         metadata = {"class_name": type(self).__name__,
                     "psmm_tf_version": importlib.metadata.version("psmm_tf"),
                     "keras_version": keras.__version__,
                     "parameter_count": int(self.count_params())}
-        with open(os.path.join(preset_dir, PRESET_METADATA_FILE), "w") as f:
+        with open(os.path.join(path, PRESET_METADATA_FILE), "x") as f:
             json.dump(metadata, f, indent=2)
 
 
-def _check_id_arrays(model, x, y):
-    """Range- and shape-checks ids given as arrays (`validate_inputs`) before they reach a
-    compiled step, where a bad id cannot raise; strings and datasets are left to the
-    preprocessor and the pipeline that made them."""
+def _preset_model_file(path):
+    """The `.keras` file a local preset `path` names; ValueError naming `path` otherwise."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        import errno
+
+        what = ("is a symlink loop" if err.errno == errno.ELOOP else
+                "does not exist" if err.errno == errno.ENOENT else
+                f"cannot be read ({err.strerror})")
+        raise ValueError(f"preset {path!r} {what}: {PRESET_DESCRIPTION}.") from None
+    if os.path.isdir(path):
+        model_file = os.path.join(path, MODEL_FILE)
+        if not os.path.isfile(model_file):
+            raise ValueError(f"preset {path!r} holds no {MODEL_FILE}: {PRESET_DESCRIPTION}.")
+        return model_file
+    if not path.endswith(".keras"):
+        raise ValueError(f"preset {path!r} is a file, not a preset folder or a .keras file: "
+                         f"{PRESET_DESCRIPTION}.")
+    return path
+
+
+def _check_sampler(sampler):
+    """Refuses a sampler `generate` could not call, at `compile`."""
+    if isinstance(sampler, str):
+        if sampler not in SAMPLER_NAMES:
+            raise ValueError(f"compile(sampler={sampler!r}): expected one of {SAMPLER_NAMES} "
+                             "or a keras_hub.samplers.Sampler.")
+    elif not isinstance(sampler, (keras_hub.samplers.Sampler, dict)):
+        raise ValueError(f"compile(sampler=...) got a {type(sampler).__name__}: expected one "
+                         f"of {SAMPLER_NAMES} or a keras_hub.samplers.Sampler.")
+
+
+def _check_max_length(max_length):
+    if max_length is None:
+        return
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
+        raise ValueError(f"generate: max_length must be None or an integer, got "
+                         f"{max_length!r}.")
+    if not 2 <= max_length <= MAX_GENERATE_LENGTH:
+        raise ValueError(f"generate: max_length must be in [2, {MAX_GENERATE_LENGTH}] (tokens "
+                         f"of prompt, its leading <eos> included, and generated words), got "
+                         f"{max_length}.")
+
+
+def _checked_stop_token_ids(stop_token_ids, vocab_size):
+    """`stop_token_ids` ("auto", None, or int ids in [0, V)) as keras-hub takes them."""
+    if stop_token_ids is None or (isinstance(stop_token_ids, str) and stop_token_ids == "auto"):
+        return stop_token_ids
+    expected = (f"expected 'auto', None or a list of int ids in [0, {vocab_size}) (a word's "
+                "id: model.preprocessor.tokenizer.token_to_id(word))")
+    if not isinstance(stop_token_ids, (list, tuple)):
+        raise ValueError(f"generate: stop_token_ids={stop_token_ids!r}: {expected}.")
+    for token in stop_token_ids:
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+            raise ValueError(f"generate: stop_token_ids holds {token!r}: {expected}.")
+        if not 0 <= token < vocab_size:
+            raise ValueError(f"generate: stop_token_ids holds the id {int(token)}, outside the "
+                             f"vocabulary: {expected}.")
+    return [int(token) for token in stop_token_ids]
+
+
+def _longest_prompt(preprocessor, inputs):
+    """Tokens of the longest prompt in `inputs` (str or list of str), its leading `<eos>`
+    included; None for other inputs (ids, datasets), whose length the caller gives."""
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not (isinstance(inputs, (list, tuple)) and inputs
+            and all(isinstance(text, str) for text in inputs)):
+        return None
+    if preprocessor.vocabulary is None:
+        return None  # the preprocessor's own error follows
+    tokens = preprocessor.tokenizer.tokenize(list(inputs), finish_last_line=False)
+    return 1 + max(len(row) for row in tokens)
+
+
+def _as_array_if_list_of_ids(x):
+    """A Python list of ids as a NumPy array (checked like one); other inputs unchanged."""
+    if isinstance(x, (list, tuple)) and not any(isinstance(v, (str, bytes)) for v in x):
+        try:
+            return np.asarray(x)
+        except ValueError:  # ragged rows: the Keras adapter names them
+            return x
+    return x
+
+
+def _check_id_arrays(model, x, y, sample_weight=None):
+    """Checks arrays given to `fit`/`evaluate` before a compiled step, where a bad value cannot
+    raise: ids and targets (`validate_inputs`; floats must hold whole numbers), the weights
+    (finite, >= 0) and that strings are not an empty batch. Datasets are left to the pipeline
+    that made them."""
     from psmm_tf.models.inputs import validate_inputs
 
+    if _is_empty(x):
+        raise ValueError("x is empty (no text and no ids): expected strings, token ids "
+                         "(batch_size, T) or a dataset with at least one row.")
+    _check_sample_weight(sample_weight)
+    if sample_weight is not None and _holds_texts(x) and np.ndim(sample_weight) != 1:
+        raise ValueError(f"`sample_weight` with texts must hold one weight per text, shape "
+                         f"(batch_size,); got shape {np.shape(sample_weight)}.")
     mask = None
     if isinstance(x, dict) and "token_ids" in x:
         x, mask = x["token_ids"], x.get("padding_mask")
     if not _is_numeric_array(x) or not (y is None or _is_numeric_array(y)):
         return
+    if y is None:
+        raise ValueError("fit/evaluate on token ids need targets: give y (the next token of "
+                         "each input token, (batch_size, T)), or give strings.")
+    x = _whole_ids("token_ids", x, model.vocab_size)
+    y = _whole_ids("target_ids", y, model.vocab_size)
     validate_inputs(model, x, target_ids=y, padding_mask=mask)
 
 
+def _holds_texts(x):
+    if isinstance(x, str) or (isinstance(x, (list, tuple)) and x
+                              and all(isinstance(v, str) for v in x)):
+        return True
+    return hasattr(x, "dtype") and not _is_numeric_array(x) and not isinstance(x, dict)
+
+
+def _is_empty(x):
+    shape = getattr(x, "shape", None)
+    if isinstance(x, (list, tuple)):
+        return len(x) == 0
+    return shape is not None and len(shape) > 0 and 0 in tuple(shape)
+
+
+def _whole_ids(name, ids, vocab_size):
+    """Float ids holding whole numbers in `[0, vocab_size)` as int64; other floats refused."""
+    array = np.asarray(ids)
+    if array.dtype.kind != "f":
+        return array
+    whole = np.isfinite(array) & (array == np.round(array))
+    if not whole.all():
+        raise ValueError(f"`{name}` holds {float(array[~whole].flat[0])}: expected integer ids "
+                         f"(whole numbers) in the vocabulary [0, {vocab_size}).")
+    outside = (array < 0) | (array >= vocab_size)
+    if outside.any():  # checked as floats: a cast would wrap 1e30
+        value = float(array[outside].flat[0])
+        raise ValueError(f"`{name}` holds the id {int(value) if abs(value) < 2**63 else value}"
+                         f", outside the vocabulary [0, {vocab_size}).")
+    return array.astype(np.int64)
+
+
+def _check_sample_weight(sample_weight):
+    if sample_weight is None:
+        return
+    try:
+        weights = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"`sample_weight` must be numbers, (batch_size,) or (batch_size, T); "
+                         f"got {type(sample_weight).__name__}.") from None
+    bad = ~np.isfinite(weights) | (weights < 0)
+    if bad.any():
+        raise ValueError(f"`sample_weight` holds {float(weights[bad].flat[0])} at index "
+                         f"{tuple(int(i) for i in np.argwhere(bad)[0])}: expected finite "
+                         "weights >= 0.")
+
+
 def _is_numeric_array(value):
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and getattr(dtype, "kind", "") in "iub" and hasattr(value, "shape")
+    """Whether `value` is an array or tensor of numbers (not strings)."""
+    if not hasattr(value, "shape") or getattr(value, "dtype", None) is None:
+        return False
+    try:
+        name = keras.backend.standardize_dtype(value.dtype)
+    except (TypeError, ValueError):  # NumPy strings, objects
+        return False
+    return name == "bool" or name.startswith(("int", "uint", "float", "bfloat"))
 
 
 def fit_targets(x, y, sample_weight):

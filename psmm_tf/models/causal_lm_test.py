@@ -3,9 +3,11 @@
 import os
 
 import keras
+import keras_hub
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
+from keras import ops
 
 from psmm_tf import testing
 from psmm_tf.data import Vocabulary
@@ -76,6 +78,29 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         for a, b in zip(model.trainable_weights, reference.trainable_weights):
             self.assertAllClose(a, b, atol=1e-5, msg=a.path)
 
+    def test_fit_is_compiled_on_jax_by_default_with_the_uncompiled_numbers(self):
+        # JAX: the default compile leaves Keras's "auto" (jax.jit); TensorFlow: False (the
+        # native kernels run outside XLA). Either way, the compiled step is the eager one.
+        model, reference = _task(dropout=0.0), _task(dropout=0.0)
+        reference.set_weights(model.get_weights())
+        model.compile(optimizer=keras.optimizers.SGD(0.5))
+        self.assertEqual(model.jit_compile, keras.backend.backend() == "jax")
+        compiled = not model.jit_compile  # the other mode, on TensorFlow XLA
+        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=not compiled)
+        reference.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=compiled)
+        self.assertNotEqual(model.jit_compile, reference.jit_compile)
+        x, y = _ids(self.rng, 4, 6)
+        losses = [m.fit(x, y, batch_size=2, epochs=2, shuffle=False, verbose=0).history["loss"]
+                  for m in (model, reference)]
+        self.assertAllClose(losses[0], losses[1], rtol=1e-5)
+        for a, b in zip(model.trainable_weights, reference.trainable_weights):
+            self.assertAllClose(a, b, atol=1e-5, msg=a.path)
+        # A file saved compiled is loaded with the loading backend's default.
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        reference.save(path)
+        self.assertEqual(keras.saving.load_model(path).jit_compile,
+                         keras.backend.backend() == "jax")
+
     def test_fit_reads_dicts_strings_and_datasets(self):
         model = _task()
         model.compile(optimizer=keras.optimizers.Adam(0.01))
@@ -116,10 +141,39 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertAllClose(np.exp(log_p), model.distribution(outputs), atol=1e-6)
         # The same numbers as score's log-probabilities of the targets, and its logits mode.
         picked = np.take_along_axis(log_p, y[..., None], -1)[..., 0]
-        self.assertAllClose(picked, model.score(x, y)["log_probs"], atol=1e-5)
-        self.assertAllClose(model.score(x, scoring_mode="logits")["logits"], log_p, atol=1e-5)
+        self.assertAllClose(picked, model.score_with_state(x, y)["log_probs"], atol=1e-5)
+        self.assertAllClose(model.score_with_state(x, scoring_mode="logits")["logits"], log_p,
+                            atol=1e-5)
         with self.assertRaisesRegex(ValueError, "needs target_ids"):
-            model.score(x)
+            model.score_with_state(x)
+
+    def test_score_has_keras_hubs_signature_and_returns_a_tensor(self):
+        # keras-hub's `score(token_ids, padding_mask, scoring_mode="logits", ...,
+        # target_ids=None)`: a user's `score(ids, mask)` reads the mask as the mask.
+        model = _task()
+        x, y = _ids(self.rng, 2, 7)
+        mask = np.ones_like(x, bool)
+        mask[1, 4:] = False
+        logits = np.asarray(model.score(x, mask))
+        self.assertEqual(logits.shape, (2, 7, len(WORDS)))
+        # Against predict (another path): the first row whole, the second up to its padding,
+        # and 0 in the padding.
+        log_p = model.predict({"token_ids": x, "padding_mask": mask}, verbose=0)
+        self.assertAllClose(logits[0], log_p[0], atol=1e-5)
+        self.assertAllClose(logits[1, :4], log_p[1, :4], atol=1e-5)
+        self.assertAllEqual(logits[1, 4:], np.zeros((3, len(WORDS))))
+        loss = np.asarray(model.score(x, mask, scoring_mode="loss", target_ids=y))
+        picked = -np.take_along_axis(log_p, y[..., None], -1)[..., 0]
+        self.assertAllClose(loss, np.where(mask, picked, 0.0), atol=1e-5)
+        unmasked = model.predict(x, verbose=0)
+        self.assertAllClose(model.score(x, scoring_mode="log_probs", target_ids=y),
+                            np.take_along_axis(unmasked, y[..., None], -1)[..., 0], atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"'loss' needs target_ids"):
+            model.score(x, mask, scoring_mode="loss")
+        with self.assertRaisesRegex(ValueError, r"layer_intercept_fn=...\) is not supported"):
+            model.score(x, layer_intercept_fn=lambda h, i: h)
+        with self.assertRaisesRegex(ValueError, r"`padding_mask` must be bool"):
+            model.score(x, y)  # the old call's targets as a mask: refused, not scored
 
     @parameterized.named_parameters(*TASKS)
     def test_greedy_generate_is_the_argmax_of_the_full_sequence_mixture(self, cls):
@@ -135,7 +189,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         ids = np.asarray(out["token_ids"])
         self.assertAllEqual(ids[0, :5], prompts["token_ids"][0, :5])  # prompts kept
         self.assertAllEqual(ids[1, :3], prompts["token_ids"][1, :3])
-        log_p = model.score(ids[:, :-1], scoring_mode="logits")["logits"]
+        log_p = model.score_with_state(ids[:, :-1], scoring_mode="logits")["logits"]
         for row, start in ((0, 5), (1, 3)):
             self.assertAllEqual(ids[row, start:], np.argmax(log_p[row, start - 1:], -1))
 
@@ -152,6 +206,42 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         model.set_gate_calibration((0.0, 30.0))
         self.assertFalse(set(model.generate("w17 w3 w17 w3", max_length=12,
                                             stop_token_ids=None).split()[4:]) <= {"w17", "w3"})
+
+    def test_a_sampler_set_after_compile_is_used(self):
+        class Always7(keras_hub.samplers.Sampler):
+            def get_next_token(self, probabilities):
+                return ops.full(ops.shape(probabilities)[:1], 7, "int32")
+
+        model = _task()
+        model.compile(sampler="greedy")
+        first = model.generate("w1 w2", max_length=7, stop_token_ids=None)
+        model.sampler = Always7()
+        self.assertEqual(model.generate("w1 w2", max_length=7, stop_token_ids=None),
+                         "w1 w2 w5 w5 w5 w5")  # id 7 is w5
+        model.sampler = "greedy"
+        self.assertEqual(model.generate("w1 w2", max_length=7, stop_token_ids=None), first)
+        with self.assertRaisesRegex(ValueError, r"compile\(sampler='nope'\): expected one of"):
+            model.sampler = "nope"
+
+    def test_stock_keras_losses_average_over_the_targets_as_the_default(self):
+        # Padding carries no weight: a stock sparse cross-entropy (logits, probabilities or
+        # its name) gives the default loss's number, not one divided by every position.
+        model = _task()
+        x, y = _ids(self.rng, 2, 8)
+        mask = np.ones_like(x, bool)
+        mask[1, 3:] = False
+        data = ({"token_ids": x, "padding_mask": mask}, np.where(mask, y, 0))
+        model.compile()
+        default = model.evaluate(*data, verbose=0, return_dict=True)["loss"]
+        log_p = model.predict(data[0], verbose=0)
+        nll = -np.take_along_axis(log_p, y[..., None], -1)[..., 0]
+        self.assertAllClose(default, nll[mask].mean(), rtol=1e-5)
+        for loss in (keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                     keras.losses.SparseCategoricalCrossentropy(),
+                     "sparse_categorical_crossentropy"):
+            model.compile(loss=loss)
+            self.assertAllClose(model.evaluate(*data, verbose=0, return_dict=True)["loss"],
+                                default, rtol=1e-4, msg=str(loss))
 
     @parameterized.named_parameters(("greedy", "greedy"), ("top_k", "top_k"),
                                     ("top_p", "top_p"), ("random", "random"),

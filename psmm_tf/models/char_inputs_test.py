@@ -48,8 +48,8 @@ class CharInputsTest(testing.TestCase):
         model.save(path)
         loaded = keras.saving.load_model(path)
         self.assertEqual(loaded.input_embedding, "chars")
-        self.assertAllClose(loaded.score(ids[:, :-1], ids[:, 1:])["log_probs"],
-                            model.score(ids[:, :-1], ids[:, 1:])["log_probs"], atol=1e-6)
+        self.assertAllClose(loaded.score_with_state(ids[:, :-1], ids[:, 1:])["log_probs"],
+                            model.score_with_state(ids[:, :-1], ids[:, 1:])["log_probs"], atol=1e-6)
 
     def test_unknown_words_read_from_their_characters_change_the_prediction(self):
         _, model = _model()
@@ -85,12 +85,13 @@ class CharInputsTest(testing.TestCase):
         _, model = _model()
         ids = np.array([[2, 3]])
         with self.assertRaisesRegex(ValueError, r"`token_chars` must have shape \(1, 2, 10\)"):
-            model.score(ids, ids, token_chars=np.zeros((1, 2, 24), "int32"))
+            model.score_with_state(ids, ids, token_chars=np.zeros((1, 2, 24), "int32"))
         with self.assertRaisesRegex(ValueError, r"character ids outside \[0, 259\)"):
-            model.score(ids, ids, token_chars=np.full((1, 2, 10), 300))
+            model.score_with_state(ids, ids, token_chars=np.full((1, 2, 10), 300))
         config = dataclasses.replace(configs.get_preset("tiny").model, vocab_size=len(WORDS))
         with self.assertRaisesRegex(ValueError, "the model reads ids only"):
-            build_model(config).score(ids, ids, token_chars=np.zeros((1, 2, 24), "int32"))
+            build_model(config).score_with_state(ids, ids,
+                                                 token_chars=np.zeros((1, 2, 24), "int32"))
 
     def test_token_chars_need_the_chars_embedding(self):
         config = dataclasses.replace(configs.get_preset("tiny").model, vocab_size=len(WORDS))

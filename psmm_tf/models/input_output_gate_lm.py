@@ -34,7 +34,7 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
     trained = PointerSentinelLM(backbone, window_size=100)   # in practice: a trained model
     gated = InputOutputGateLM(trained, embedding_dim=300, dropout=0.5)
     ids = np.random.default_rng(0).integers(0, 1000, size=(2, 21)).astype("int32")
-    scores = gated.score(ids[:, :-1], ids[:, 1:])
+    scores = gated.score_with_state(ids[:, :-1], ids[:, 1:])
     ```
     """
 

@@ -24,7 +24,8 @@ class InputOutputGateLMTest(testing.TestCase):
         base = _base(LSTMLanguageModel)
         model = InputOutputGateLM(base, embedding_dim=4, seed=1)
         text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
-        actual = ops.convert_to_numpy(model.score(text[:, :-1], text[:, 1:])["log_probs"])
+        actual = ops.convert_to_numpy(
+            model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
         logits = ops.convert_to_numpy(base(text[:, :-1])["vocab_logits"])
         embedding = ops.convert_to_numpy(model.gate.embedding.embeddings)
         kernel, bias = (ops.convert_to_numpy(w) for w in model.gate.projection.weights)
@@ -40,8 +41,8 @@ class InputOutputGateLMTest(testing.TestCase):
         text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
         gate = ops.convert_to_numpy(model.gate(text))
         self.assertGreater(gate.min(), 0.9)  # sigmoid(3) = 0.953, plus W e' near 0
-        gated = ops.convert_to_numpy(model.score(text[:, :-1], text[:, 1:])["log_probs"])
-        plain = ops.convert_to_numpy(base.score(text[:, :-1], text[:, 1:])["log_probs"])
+        gated = ops.convert_to_numpy(model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
+        plain = ops.convert_to_numpy(base.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
         self.assertAllClose(gated, plain, atol=0.1 * np.abs(plain).max())
 
     @testing.skip_unless_tensorflow()  # tf.GradientTape / tf.function
@@ -64,7 +65,8 @@ class InputOutputGateLMTest(testing.TestCase):
     def test_keras_file_round_trip_in_a_fresh_process(self):
         model = InputOutputGateLM(_base(PointerSentinelLM), embedding_dim=4, seed=1)
         text = self.rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
-        expected = ops.convert_to_numpy(model.score(text[:, :-1], text[:, 1:])["log_probs"])
+        expected = ops.convert_to_numpy(
+            model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
         scores = testing.scores_after_keras_round_trip(
             model, text, self.get_temp_dir(),
             check='assert type(model.base_model).__name__ == "PointerSentinelLM"')

@@ -1,9 +1,9 @@
 """Checks of a language model's inputs where they enter, on concrete (NumPy-convertible) values.
 
 Compiled functions cannot raise on values (XLA, `jax.jit`), so ids out of range or a state of the
-wrong shape are refused here, before a model runs: by `LanguageModel.score` and by any caller
-that feeds a model outside the package's tf.data pipeline and serving signatures (which check
-the same things in TensorFlow).
+wrong shape are refused here, before a model runs: by `LanguageModel.score_with_state` (and
+`score`) and by any caller that feeds a model outside the package's tf.data pipeline and serving
+signatures (which check the same things in TensorFlow).
 """
 
 import numpy as np

@@ -27,12 +27,49 @@ SCORE_PIECE_LENGTH = 128
 class ScoringMixin:
     """`score()` and `score_text()` for any model with the `LanguageModel` call and `log_prob`."""
 
-    def score(self, token_ids, target_ids=None, padding_mask=None, state=None, memory=None,
-              scoring_mode="log_probs", token_chars=None):
+    def score(self, token_ids, padding_mask=None, scoring_mode="logits",
+              layer_intercept_fn=None, target_ids=None):
+        """keras-hub's `CausalLM.score`: per-token scores of `token_ids` as one tensor.
+
+        The signature and return of keras-hub's (e.g. `GPT2CausalLM.score`), so a keras-hub
+        user's `model.score(ids, mask)` reads the mask as the mask. Each row is read from the
+        zero state with an empty memory; `score_with_state` carries them across calls and
+        returns the gate too.
+
+        Args:
+            token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.
+            padding_mask: optional bool `(batch_size, T)` (all True when None); False for
+                padding, whose scores are 0.
+            scoring_mode: "logits" (the mixture's log-probabilities of every word, pointer
+                included: logits whose softmax is the model's distribution), "loss" (the
+                per-token negative log-likelihood of `target_ids`) or "log_probs" (its
+                negative).
+            layer_intercept_fn: must be None: the recurrent backbone has no per-layer hook
+                (keras-hub's transformer models call it on each layer's activations).
+            target_ids: int `(batch_size, T)`, needed by "loss" and "log_probs".
+
+        Returns:
+            float32 `(batch_size, T, V)` ("logits") or `(batch_size, T)`.
+
+        Raises:
+            ValueError: an unknown `scoring_mode`, "loss" without `target_ids`, a
+                `layer_intercept_fn`, or inputs `validate_inputs` refuses.
+        """
+        if layer_intercept_fn is not None:
+            raise ValueError("score(layer_intercept_fn=...) is not supported: the recurrent "
+                             "backbone has no per-layer activations to intercept; give None.")
+        result = self.score_with_state(token_ids, target_ids, padding_mask=padding_mask,
+                                       scoring_mode=scoring_mode)
+        return result[scoring_mode]
+
+    def score_with_state(self, token_ids, target_ids=None, padding_mask=None, state=None,
+                         memory=None, scoring_mode="log_probs", token_chars=None):
         """Scores `target_ids` after `token_ids`, carrying the state and memory (eager entry).
 
-        Argument names follow keras-hub's `CausalLM.score`. The inputs are checked
-        (`validate_inputs`) and the model runs compiled on the current backend.
+        The package's scoring call (named `score` in earlier versions; `score` is now
+        keras-hub's). The
+        inputs are checked (`validate_inputs`) and the model runs compiled on the current
+        backend.
 
         Args:
             token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.
@@ -114,8 +151,9 @@ class ScoringMixin:
         """Scores whole texts with the model's `preprocessor`, as the SavedModel's `score_text`.
 
         Args:
-            texts: a str or a list of str. Each is read as a corpus file: each line's words
-                followed by `<eos>`, the first word predicted after an `<eos>`.
+            texts: a str or a list of str, none empty (as the SavedModel's `score_text`).
+                Each is read as a corpus file: each line's words followed by `<eos>`, the
+                first word predicted after an `<eos>`.
 
         Returns:
             A dict of NumPy arrays: `log_probs`, `gate` `(batch_size, T)` (0 in padding),
@@ -125,10 +163,16 @@ class ScoringMixin:
         if getattr(self, "preprocessor", None) is None:
             raise ValueError("score_text needs a preprocessor: build the model with "
                              "preprocessor=LanguageModelPreprocessor(vocabulary).")
+        listed = [texts] if isinstance(texts, str) else (
+            texts if isinstance(texts, (list, tuple)) else [])  # others: refused below
+        empty = [i for i, text in enumerate(listed) if isinstance(text, str) and not text]
+        if empty:  # the SavedModel's words (export/validation.py)
+            raise ValueError(f"`texts` holds an empty string (nothing to score), at indices: "
+                             f"{empty}")
         spelled = getattr(self, "input_embedding", "ids") == "chars"
         batch = self.preprocessor.score_inputs(
             texts, max_word_length=self.backbone.max_word_length if spelled else None)
-        scores = self.score(batch["token_ids"], batch["target_ids"],
+        scores = self.score_with_state(batch["token_ids"], batch["target_ids"],
                             padding_mask=batch["padding_mask"],
                             token_chars=batch.get("token_chars"))
         mask = batch["padding_mask"]

@@ -40,10 +40,10 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         model = tiny_model(cls)
         text = self._text()
         inputs, targets = text[:, :-1], text[:, 1:]
-        whole = model.score(inputs, targets)
+        whole = model.score_with_state(inputs, targets)
         state, memory, pieces = None, None, []
         for start, end in ((0, 3), (3, 11), (11, 17)):
-            out = model.score(inputs[:, start:end], targets[:, start:end], state=state,
+            out = model.score_with_state(inputs[:, start:end], targets[:, start:end], state=state,
                               memory=memory)
             state, memory = out["state"], out["memory"]
             pieces.append(out["log_probs"])
@@ -57,14 +57,14 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         model = tiny_model(PointerSentinelLM, window_size)
         text = self._text(length=14)
         inputs, targets = text[:, :-1], text[:, 1:]
-        whole = model.score(inputs, targets)["log_probs"]
-        prefix = model.score(inputs[:, :start - context], targets[:, :start - context])
+        whole = model.score_with_state(inputs, targets)["log_probs"]
+        prefix = model.score_with_state(inputs[:, :start - context], targets[:, :start - context])
         window = inputs[:, start - context:start + num_predicted]
         outputs = model(window, state=prefix["state"], context_length=context)
         log_probs = model.log_prob(outputs, targets[:, start:start + num_predicted])
         self.assertAllClose(log_probs, whole[:, start:start + num_predicted], atol=1e-5)
         # The returned state is where the next window, T tokens later, starts.
-        shifted = model.score(inputs[:, :start - context + num_predicted],
+        shifted = model.score_with_state(inputs[:, :start - context + num_predicted],
                               targets[:, :start - context + num_predicted])
         for (h, c), (h_ref, c_ref) in zip(outputs["state"], shifted["state"]):
             self.assertAllClose(h, h_ref, atol=1e-5)
@@ -78,7 +78,8 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         outputs = model(window, token_mask=mask, context_length=4)
         self.assertAllEqual(ops.convert_to_numpy(outputs["attention"])[0, :, :4], np.zeros((6, 4)))
         self.assertAllClose(model.log_prob(outputs, text[:, 1:]),
-                            model.score(text[:, :-1], text[:, 1:])["log_probs"], atol=1e-5)
+                            model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"],
+                            atol=1e-5)
 
     @parameterized.named_parameters(*BOTH)
     def test_padded_batch_equals_one_by_one(self, cls):
@@ -89,11 +90,13 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         inputs[0], targets[0] = long_text[0, :-1], long_text[0, 1:]
         inputs[1, :7], targets[1, :7] = short_text[0, :-1], short_text[0, 1:]
         mask = np.arange(12)[None, :] < np.array([[12], [7]])
-        batched = np.asarray(model.score(inputs, targets, padding_mask=mask)["log_probs"])
-        alone = np.asarray(model.score(short_text[:, :-1], short_text[:, 1:])["log_probs"])
+        batched = np.asarray(
+            model.score_with_state(inputs, targets, padding_mask=mask)["log_probs"])
+        alone = np.asarray(
+            model.score_with_state(short_text[:, :-1], short_text[:, 1:])["log_probs"])
         self.assertAllClose(batched[1, :7], alone[0], atol=1e-5)
         self.assertAllEqual(batched[1, 7:], np.zeros(5))
-        first = np.asarray(model.score(long_text[:, :-1], long_text[:, 1:])["log_probs"])
+        first = np.asarray(model.score_with_state(long_text[:, :-1], long_text[:, 1:])["log_probs"])
         self.assertAllClose(batched[0], first[0], atol=1e-5)
 
     @parameterized.named_parameters(*BOTH)
@@ -103,17 +106,17 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         model = tiny_model(cls)
         text = self._text(batch=1, length=9)
         inputs, targets = text[:, :-1], text[:, 1:]
-        alone = model.score(inputs[:, :3], targets[:, :3])
-        padded = model.score(np.pad(inputs[:, :3], [[0, 0], [0, 2]]),
+        alone = model.score_with_state(inputs[:, :3], targets[:, :3])
+        padded = model.score_with_state(np.pad(inputs[:, :3], [[0, 0], [0, 2]]),
                              np.pad(targets[:, :3], [[0, 0], [0, 2]]),
                              padding_mask=np.array([[1, 1, 1, 0, 0]], bool))
         for name in ("hidden", "token_ids", "mask"):
             self.assertAllClose(padded["memory"][name], alone["memory"][name], atol=1e-6)
-        rest = [model.score(inputs[:, 3:], targets[:, 3:], state=out["state"],
+        rest = [model.score_with_state(inputs[:, 3:], targets[:, 3:], state=out["state"],
                             memory=out["memory"])["log_probs"] for out in (alone, padded)]
         self.assertAllClose(rest[0], rest[1], atol=1e-6)
         # A row with nothing in the window keeps its memory.
-        empty = model.score(inputs[:, 3:5], targets[:, 3:5], state=alone["state"],
+        empty = model.score_with_state(inputs[:, 3:5], targets[:, 3:5], state=alone["state"],
                             memory=alone["memory"], padding_mask=np.zeros((1, 2), bool))
         self.assertAllClose(empty["memory"]["hidden"], alone["memory"]["hidden"])
 
@@ -206,7 +209,7 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         # The child imports only psmm_tf, loads with safe_mode on, on either backend.
         model = tiny_model(cls)
         text = self._text()
-        expected = np.asarray(model.score(text[:, :-1], text[:, 1:])["log_probs"])
+        expected = np.asarray(model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
         scores = testing.scores_after_keras_round_trip(
             model, text, self.get_temp_dir(), backend=backend,
             check=f"assert type(model).__name__ == {cls.__name__!r}")

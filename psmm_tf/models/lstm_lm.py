@@ -27,7 +27,7 @@ class LSTMLanguageModel(LanguageModel):
     backbone = LSTMBackbone(vocab_size=1000, embedding_dim=64, hidden_dim=64, num_layers=2)
     model = LSTMLanguageModel(backbone, window_size=100)
     ids = np.random.default_rng(0).integers(0, 1000, size=(2, 21)).astype("int32")
-    scores = model.score(ids[:, :-1], ids[:, 1:])   # log_probs (2, 20), gate 1, state, memory
+    scores = model.score_with_state(ids[:, :-1], ids[:, 1:])  # log_probs (2, 20), gate 1, ...
     ```
     """
 

@@ -45,8 +45,9 @@ class MixedPrecisionTest(testing.TestCase, parameterized.TestCase):
             self.assertEqual({n: p for n, p in policies.items() if p != policy}, {})
             self.assertEqual({v.dtype for v in m.weights if "seed" not in v.path}, {"float32"})
         ids = _ids()
-        self.assertAllClose(_numpy(loaded.score(ids[:, :-1], ids[:, 1:])["log_probs"]),
-                            _numpy(model.score(ids[:, :-1], ids[:, 1:])["log_probs"]), atol=0)
+        self.assertAllClose(_numpy(loaded.score_with_state(ids[:, :-1], ids[:, 1:])["log_probs"]),
+                            _numpy(model.score_with_state(ids[:, :-1], ids[:, 1:])["log_probs"]),
+                            atol=0)
 
     @parameterized.named_parameters(*POLICIES)
     def test_the_mixture_is_taken_in_float32_from_16_bit_heads(self, compute_dtype, policy):
@@ -73,11 +74,11 @@ class MixedPrecisionTest(testing.TestCase, parameterized.TestCase):
     def test_streamed_state_and_memory_keep_the_compute_dtype(self, compute_dtype, policy):
         model = build_model(CONFIG, dtype=policy)
         ids = _ids(1, (B, 13))
-        whole = model.score(ids[:, :-1], ids[:, 1:])
-        first = model.score(ids[:, :5], ids[:, 1:6])
+        whole = model.score_with_state(ids[:, :-1], ids[:, 1:])
+        first = model.score_with_state(ids[:, :5], ids[:, 1:6])
         for value in (first["state"][0][0], first["state"][1][1], first["memory"]["hidden"]):
             self.assertEqual(keras.backend.standardize_dtype(value.dtype), compute_dtype)
-        second = model.score(ids[:, 5:-1], ids[:, 6:], state=first["state"],
+        second = model.score_with_state(ids[:, 5:-1], ids[:, 6:], state=first["state"],
                              memory=first["memory"])
         chained = np.concatenate([_numpy(first["log_probs"]), _numpy(second["log_probs"])], 1)
         # The same 16-bit numbers in both ways; only the order of float32 sums may differ.

@@ -30,7 +30,7 @@ class PointerSoftmaxLM(LanguageModel):
     backbone = LSTMBackbone(vocab_size=1000, embedding_dim=64, hidden_dim=64, num_layers=2)
     model = PointerSoftmaxLM(backbone, window_size=100, switch_units=64)
     ids = np.random.default_rng(0).integers(0, 1000, size=(2, 21)).astype("int32")
-    scores = model.score(ids[:, :-1], ids[:, 1:])   # gate: the switch's vocabulary share
+    scores = model.score_with_state(ids[:, :-1], ids[:, 1:])   # gate: the switch's vocabulary share
     ```
     """
 

@@ -35,7 +35,9 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
 
     Call arguments:
         x: a str, a list of str or a string tensor; or ids, passed through.
-        y, sample_weight: passed through with ids; must be None with strings.
+        y, sample_weight: passed through with ids. With strings `y` must be None and
+            `sample_weight` is None or one weight per text `(batch_size,)`, multiplying
+            that text's padding mask.
         sequence_length: optional int, overriding the layer's.
 
     Returns:
@@ -96,22 +98,28 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
     def call(self, x, y=None, sample_weight=None, sequence_length=None):
         if _holds_ids(x):
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
-        if y is not None or sample_weight is not None:
-            raise ValueError("Texts carry their own targets: give y and sample_weight only "
-                             "with token ids.")
+        if y is not None:
+            raise ValueError("Texts carry their own targets: give y only with token ids.")
         self.tokenizer._check_vocabulary()
-        return self._pack_texts(x, sequence_length=sequence_length)
+        return self._pack_texts(x, y=None, sample_weight=sample_weight,
+                                sequence_length=sequence_length)
 
     @preprocessing_function
-    def _pack_texts(self, x, sequence_length=None):
+    def _pack_texts(self, x, y=None, sample_weight=None, sequence_length=None):
+        del y  # refused with texts (`call`)
         if not self.built:
             self.build(None)
         length = (sequence_length or self.sequence_length) + 1
         token_ids, padding_mask = self.packer(self.tokenizer(x), sequence_length=length,
                                               add_start_value=True, add_end_value=False)
         inputs = {"token_ids": token_ids[..., :-1], "padding_mask": padding_mask[..., :-1]}
-        return keras.utils.pack_x_y_sample_weight(
-            inputs, token_ids[..., 1:], tf.cast(padding_mask[..., 1:], tf.float32))
+        weights = tf.cast(padding_mask[..., 1:], tf.float32)
+        if sample_weight is not None:  # one weight per text
+            per_text = tf.cast(sample_weight, tf.float32)
+            tf.debugging.assert_rank(per_text, 1, message="`sample_weight` with texts must "
+                                     "hold one weight per text, shape (batch_size,).")
+            weights = weights * per_text[:, None]
+        return keras.utils.pack_x_y_sample_weight(inputs, token_ids[..., 1:], weights)
 
     def generate_preprocess(self, x, sequence_length=None):
         """Prompts -> `{"token_ids", "padding_mask"}` `(batch_size, sequence_length)`: `<eos>`

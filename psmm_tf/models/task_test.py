@@ -42,8 +42,9 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         clone = cls.from_config(config)
         clone.set_weights(model.get_weights())
         text = self.rng.integers(0, len(WORDS), size=(2, 7)).astype("int32")
-        self.assertAllClose(clone.score(text[:, :-1], text[:, 1:])["log_probs"],
-                            model.score(text[:, :-1], text[:, 1:])["log_probs"], atol=1e-6)
+        self.assertAllClose(clone.score_with_state(text[:, :-1], text[:, 1:])["log_probs"],
+                            model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"],
+                            atol=1e-6)
         self.assertEqual(model.has_pointer, cls is not LSTMLanguageModel)
 
     def test_preprocessor_reads_texts_as_the_corpus_readers(self):
@@ -73,13 +74,13 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         model = _task()
         result = model.score_text(["the cat sat on the mat", "a cat"])
         batch = model.preprocessor.score_inputs(["the cat sat on the mat", "a cat"])
-        scores = model.score(batch["token_ids"], batch["target_ids"],
+        scores = model.score_with_state(batch["token_ids"], batch["target_ids"],
                              padding_mask=batch["padding_mask"])
         self.assertAllClose(result["log_probs"], scores["log_probs"], atol=1e-6)
         self.assertAllEqual(result["num_tokens"], [7, 3])
         log_likelihood = np.asarray(scores["log_probs"]).sum(1)
         self.assertAllClose(result["perplexity"], np.exp(-log_likelihood / [7, 3]), rtol=1e-5)
-        loss = model.score(batch["token_ids"], batch["target_ids"],
+        loss = model.score_with_state(batch["token_ids"], batch["target_ids"],
                            padding_mask=batch["padding_mask"], scoring_mode="loss")["loss"]
         self.assertAllClose(loss, -np.asarray(scores["log_probs"]), atol=1e-6)
         with self.assertRaisesRegex(ValueError, "needs a preprocessor"):
@@ -149,7 +150,7 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
                                   padding_mask=mask)
         self.assertEqual(checked["token_ids"].dtype, np.int32)
         with self.assertRaisesRegex(ValueError, "`target_ids` holds the id 99"):
-            model.score(ids, bad_padding)
+            model.score_with_state(ids, bad_padding)
 
     def test_score_text_names_what_is_not_text(self):
         # Issue 27: None gave "'NoneType' object is not iterable", bytes "texts[0] must be a
@@ -172,7 +173,7 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         ids = np.random.default_rng(2).integers(0, len(WORDS), (2, steps + 1)).astype("int32")
         mask = np.ones((2, steps), bool)
         mask[1, steps - 60:] = False  # the second text ends early: padding in two pieces
-        scored = model.score(ids[:, :-1], ids[:, 1:], padding_mask=mask)
+        scored = model.score_with_state(ids[:, :-1], ids[:, 1:], padding_mask=mask)
         # One eager pass over the whole rows (the model's own call, no pieces).
         whole = model._score(ids[:, :-1], ids[:, 1:], mask, model.zero_state(2),
                              model.empty_memory(2))
@@ -189,14 +190,15 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         # score() compiles once; the calibration is a Python attribute its trace bakes in.
         model = _task(preprocessor=False)
         ids = np.random.default_rng(1).integers(0, len(WORDS), (2, 7)).astype("int32")
-        before = keras.ops.convert_to_numpy(model.score(ids[:, :-1], ids[:, 1:])["gate"])
+        before = keras.ops.convert_to_numpy(model.score_with_state(ids[:, :-1], ids[:, 1:])["gate"])
         model.set_gate_calibration((1.0, 3.0))  # the gate's logit + 3
-        after = keras.ops.convert_to_numpy(model.score(ids[:, :-1], ids[:, 1:])["gate"])
+        after = keras.ops.convert_to_numpy(model.score_with_state(ids[:, :-1], ids[:, 1:])["gate"])
         logit = np.log(before) - np.log1p(-before)
         self.assertAllClose(after, 1 / (1 + np.exp(-(logit + 3.0))), atol=1e-5)
         model.set_gate_calibration(None)
         self.assertAllClose(
-            keras.ops.convert_to_numpy(model.score(ids[:, :-1], ids[:, 1:])["gate"]), before,
+            keras.ops.convert_to_numpy(model.score_with_state(ids[:, :-1], ids[:, 1:])["gate"]),
+            before,
             atol=1e-6)
 
     def test_mixed_bfloat16_state_chains_from_one_score_to_the_next(self):
@@ -209,10 +211,10 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
         finally:
             keras.config.set_dtype_policy(previous)
         ids = np.random.default_rng(0).integers(0, len(WORDS), (2, 12)).astype("int32")
-        whole = model.score(ids[:, :-1], ids[:, 1:])
-        first = model.score(ids[:, :6], ids[:, 1:7])
+        whole = model.score_with_state(ids[:, :-1], ids[:, 1:])
+        first = model.score_with_state(ids[:, :6], ids[:, 1:7])
         self.assertEqual(keras.backend.standardize_dtype(first["state"][0][0].dtype), "bfloat16")
-        second = model.score(ids[:, 6:-1], ids[:, 7:], state=first["state"],
+        second = model.score_with_state(ids[:, 6:-1], ids[:, 7:], state=first["state"],
                              memory=first["memory"])
         chained = np.concatenate([keras.ops.convert_to_numpy(first["log_probs"]),
                                   keras.ops.convert_to_numpy(second["log_probs"])], axis=1)

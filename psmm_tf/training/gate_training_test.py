@@ -111,8 +111,9 @@ class GatedModelTest(testing.TestCase):
         # The wrapped model is the saved one: same scores when the gate passes logits through.
         model.gate.projection.kernel.assign(tf.zeros_like(model.gate.projection.kernel))
         model.gate.projection.bias.assign(tf.fill([len(WORDS)], 50.0))  # sigmoid(50) = 1
-        self.assertAllClose(model.score(text[:, :-1], text[:, 1:])["log_probs"],
-                            saved.score(text[:, :-1], text[:, 1:])["log_probs"], atol=1e-5)
+        self.assertAllClose(model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"],
+                            saved.score_with_state(text[:, :-1], text[:, 1:])["log_probs"],
+                            atol=1e-5)
 
     def test_build_model_refuses_another_model(self):
         cases = [({"vocab_size": 11}, r"does not match the model config \(vocab_size: config "

@@ -1,0 +1,197 @@
+"""Hostile inputs to the keras-hub API (issue #50's third sweep): presets, fit, generate, score.
+
+Each case is refused with a message naming the input and what was expected, before anything
+is written or any weight moves, or is honoured (a per-text `sample_weight` with strings).
+docs/hostile_inputs.md, "Third sweep: the keras-hub API", lists them.
+"""
+
+import hashlib
+import os
+
+import keras
+import numpy as np
+
+from psmm_tf import testing
+from psmm_tf.models import PointerSentinelLM
+from psmm_tf.models.causal_lm import MAX_GENERATE_LENGTH
+from psmm_tf.models.causal_lm_test import WORDS, _ids, _task
+
+
+def _hashes(folder):
+    """{relative path: sha256} of every file under `folder`."""
+    found = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                found[os.path.relpath(path, folder)] = "-> " + os.readlink(path)
+                continue
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def _weights(model):
+    return [np.array(w) for w in model.trainable_weights]
+
+
+class PresetTest(testing.TestCase):
+
+    def test_save_to_preset_never_replaces_a_users_metadata(self):
+        # The damage case: a folder with the user's metadata.json and no model.keras.
+        model = _task()
+        folder = os.path.join(self.get_temp_dir(), "mine")
+        os.makedirs(folder)
+        with open(os.path.join(folder, "metadata.json"), "w") as f:
+            f.write('{"author": "me"}')
+        before = _hashes(folder)
+        with self.assertRaisesRegex(FileExistsError, r"mine/metadata.json exists"):
+            model.save_to_preset(folder)
+        self.assertEqual(_hashes(folder), before)
+
+    def test_save_to_preset_refuses_a_keras_file_name_and_a_file(self):
+        model = _task()
+        path = os.path.join(self.get_temp_dir(), "x.keras")
+        with self.assertRaisesRegex(ValueError, r"a preset is a folder.*use model.save\("):
+            model.save_to_preset(path)
+        self.assertFalse(os.path.lexists(path))
+        notes = os.path.join(self.get_temp_dir(), "notes.txt")
+        with open(notes, "w") as f:
+            f.write("mine")
+        before = _hashes(self.get_temp_dir())
+        with self.assertRaisesRegex(FileExistsError, r"notes.txt exists and is not a folder"):
+            model.save_to_preset(notes)
+        self.assertEqual(_hashes(self.get_temp_dir()), before)
+
+    def test_from_preset_names_a_file_a_missing_path_and_a_symlink_loop(self):
+        tmp = self.get_temp_dir()
+        notes = os.path.join(tmp, "notes.txt")
+        with open(notes, "w") as f:
+            f.write("mine")
+        loop = os.path.join(tmp, "loop")
+        os.symlink(loop, loop)
+        empty = os.path.join(tmp, "empty")
+        os.makedirs(empty)
+        before = _hashes(tmp)
+        what = r"a preset is a folder holding model.keras"
+        for path, why in ((notes, "is a file"), (os.path.join(tmp, "missing"), "does not exist"),
+                          (loop, "is a symlink loop"), (empty, "holds no model.keras")):
+            with self.assertRaisesRegex(ValueError, f"preset '{path}' {why}.*{what}"):
+                PointerSentinelLM.from_preset(path)
+        self.assertEqual(_hashes(tmp), before)
+
+
+class FitTest(testing.TestCase):
+
+    def test_nan_or_inf_sample_weight_is_refused_before_any_update(self):
+        model = _task()
+        x, y = _ids(self.rng, 1, 4)
+        before = _weights(model)
+        for bad in (np.nan, np.inf, -1.0):
+            with self.assertRaisesRegex(ValueError, r"`sample_weight` holds .* at index \(0, 1\)"
+                                                    r": expected finite weights >= 0"):
+                model.fit(x, y, sample_weight=np.array([[1, bad, 1, 1]]), verbose=0)
+        with self.assertRaisesRegex(ValueError, r"`sample_weight` holds nan at index \(0,\)"):
+            model.fit(["w1 w2 w3"], sample_weight=np.array([np.nan]), verbose=0)
+        for old, new in zip(before, _weights(model)):
+            self.assertAllEqual(old, new)
+
+    def test_a_per_text_sample_weight_with_strings_is_honoured(self):
+        # Weight 0: no gradient, nothing moves (SGD); weight 2: the step of weight 1, twice
+        # (SGD at rate r with weight 2 = rate 2r with weight 1, clipping off).
+        texts = ["w1 w2 w3 w4 w5"]
+        model = _task(dropout=0.0)
+        model.compile(optimizer=keras.optimizers.SGD(0.1))
+        before = _weights(model)
+        model.fit(texts, sample_weight=np.array([0.0]), verbose=0)
+        for old, new in zip(before, _weights(model)):
+            self.assertAllEqual(old, new)
+        doubled = _task(dropout=0.0)
+        doubled.compile(optimizer=keras.optimizers.SGD(0.1))
+        # The loss is averaged with the weights: weight 2 in one text of two doubles that
+        # text's share. Against the same texts with the first one repeated (weights 1).
+        doubled.fit(["w1 w2 w3 w4 w5", "w6 w7 w8"], sample_weight=np.array([2.0, 1.0]),
+                    batch_size=2, shuffle=False, verbose=0)
+        repeated = _task(dropout=0.0)
+        repeated.compile(optimizer=keras.optimizers.SGD(0.1))
+        repeated.fit(["w1 w2 w3 w4 w5", "w1 w2 w3 w4 w5", "w6 w7 w8"], batch_size=3,
+                     shuffle=False, verbose=0)
+        for a, b in zip(_weights(doubled), _weights(repeated)):
+            self.assertAllClose(a, b, atol=1e-6)
+        with self.assertRaisesRegex(ValueError, r"one weight per text, shape \(batch_size,\)"):
+            model.fit(texts, sample_weight=np.ones((1, 5)), verbose=0)
+
+    def test_empty_and_rank_1_inputs_are_refused_and_the_model_still_fits(self):
+        model = _task()
+        for x, message in (([], r"x is empty"), (np.array([], dtype=str), r"x is empty"),
+                           (np.zeros((0, 4), "int32"), r"x is empty"),
+                           ([1, 2, 3], r"need targets: give y")):
+            with self.assertRaisesRegex(ValueError, message):
+                model.fit(x, verbose=0)
+        with self.assertRaisesRegex(ValueError, r"`token_ids` must have rank 2"):
+            model.fit([1, 2, 3], [2, 3, 4], verbose=0)
+        x, y = _ids(self.rng, 2, 4)
+        self.assertLen(model.fit(x, y, verbose=0).history["loss"], 1)
+
+    def test_float_ids_must_be_whole_and_in_the_vocabulary(self):
+        model = _task()
+        x, y = _ids(self.rng, 1, 4)
+        before = _weights(model)
+        with self.assertRaisesRegex(ValueError, r"`token_ids` holds 1.5: expected integer ids"):
+            model.fit(np.array([[1.5, 2.0, 3.7, 4.2]]), y, verbose=0)
+        with self.assertRaisesRegex(ValueError, r"`target_ids` holds the id 1000000000, "
+                                                r"outside the vocabulary \[0, 22\)"):
+            model.fit(x, np.full((1, 4), 1e9), verbose=0)
+        with self.assertRaisesRegex(ValueError, r"`target_ids` holds the id 1e\+30"):
+            model.evaluate(x, np.full((1, 4), 1e30), verbose=0)
+        for old, new in zip(before, _weights(model)):
+            self.assertAllEqual(old, new)
+        # Whole floats in range are ids.
+        self.assertLen(model.fit(x.astype("float32"), y.astype("float64"),
+                                 verbose=0).history["loss"], 1)
+
+
+class GenerateTest(testing.TestCase):
+
+    def test_max_length_must_be_an_integer_in_range_beyond_the_prompt(self):
+        model = _task()
+        for bad in (0, -5, 1, 2.5, True, MAX_GENERATE_LENGTH + 1, 10**6):
+            with self.assertRaisesRegex(ValueError, r"generate: max_length must be"):
+                model.generate("w1 w2", max_length=bad)
+        # The prompt: <eos> w1 w2 w3 w4 = 5 tokens.
+        with self.assertRaisesRegex(ValueError, r"max_length=5 leaves no position to generate"
+                                                r": the longest prompt holds 5 tokens"):
+            model.generate(["w1", "w1 w2 w3 w4"], max_length=5)
+        with self.assertRaisesRegex(ValueError, r"sequence_length \(12, max_length=None\)"):
+            model.generate(" ".join(["w1"] * 11))
+        text = model.generate("w1 w2 w3 w4", max_length=6, stop_token_ids=None)
+        self.assertEqual(text.split()[:4], ["w1", "w2", "w3", "w4"])
+        self.assertLen(text.split(), 5)
+
+    def test_stop_token_ids_must_be_ids_in_the_vocabulary(self):
+        model = _task()
+        for bad, message in (([99999], r"holds the id 99999, outside"),
+                             ([-1], r"holds the id -1, outside"),
+                             ("<eos>", r"stop_token_ids='<eos>'"),
+                             ([1.0], r"holds 1.0"), (1, r"stop_token_ids=1")):
+            with self.assertRaisesRegex(ValueError, f"{message}.*\\[0, {len(WORDS)}\\)"):
+                model.generate("w1 w2", max_length=6, stop_token_ids=bad)
+        self.assertIsInstance(model.generate("w1 w2", max_length=6, stop_token_ids=(1,)), str)
+
+    def test_compile_refuses_an_unknown_sampler(self):
+        model = _task()
+        with self.assertRaisesRegex(ValueError, r"compile\(sampler='nonsense'\): expected one "
+                                                r"of \('greedy', 'top_k'"):
+            model.compile(sampler="nonsense")
+        with self.assertRaisesRegex(ValueError, r"got a int: expected one of"):
+            model.compile(sampler=3)
+
+
+class ScoreTextTest(testing.TestCase):
+
+    def test_an_empty_text_is_refused_as_the_saved_model_does(self):
+        model = _task()
+        with self.assertRaisesRegex(ValueError, r"^`texts` holds an empty string \(nothing to "
+                                                r"score\), at indices: \[1\]$"):
+            model.score_text(["w1 w2", ""])
+        self.assertEqual(model.score_text("w1 w2")["num_tokens"].tolist(), [3])
