@@ -139,7 +139,7 @@ def prepare_workdir(config, workdir, strategy, restart=False):
 
 def _check_resumable(workdir, restart):
     """Refuses a workdir whose trained run cannot be resumed (its checkpoints are gone)."""
-    from psmm_tf.training.checkpointing import checkpoint_paths
+    from psmm_tf.checkpoints import checkpoint_paths
 
     checkpoints = workdir / run_files.CHECKPOINT_DIR
     wrong = run_files.misplaced_entries(workdir)
