@@ -243,5 +243,38 @@ class ExportVocabularyTest(tf.test.TestCase):
         self.assertAllClose(swapped["log_probs"], original["log_probs"], rtol=0, atol=0)
 
 
+class DefaultExportTest(psmm_testing.TrainedRunTestCase):
+    """Third sweep (issue 50): psmm-export's default (the newest checkpoint) of a finished run
+    was another model than its model.keras: the last weights rather than the best, without the
+    gate's calibration, which training fits after its last checkpoint into model.keras alone."""
+
+    def test_a_finished_run_exports_its_model_keras_and_a_running_one_its_checkpoint(self):
+        from psmm_tf.export import export_lib
+
+        run = self.copy_run("default_export")
+        results = json.loads((run / "results.json").read_text())
+        self.assertIn("gate_calibration", results)  # the tiny preset's sentinel gate is fitted
+        best, _ = run_files.load_model(run, "best")
+        latest, _ = run_files.load_model(run, "latest")
+        self.assertIsNotNone(best.pointer.gate_calibration)
+        self.assertIsNone(latest.pointer.gate_calibration)  # what the default exported before
+        before = snapshot(run)
+        base = Path(self.get_temp_dir()) / "default_export_base"
+        code, stdout, stderr = testing.run_export_main([f"--workdir={run}",
+                                                        f"--export_base={base}"])
+        self.assertEqual(code, 0, stderr)
+        self.assertIn(f"best (model.keras): {run / 'model.keras'}", stdout + stderr)
+        self.assertEqual(snapshot(run), before)
+        # A run not finished (no results.json): its newest checkpoint, named so.
+        (run / "results.json").unlink()
+        self.assertEqual(export_lib.default_model_source((run / "config.json").read_text(),
+                                                         str(run)), "latest")
+        code, stdout, stderr = testing.run_export_main([f"--workdir={run}",
+                                                        f"--export_base={base}"])
+        self.assertEqual(code, 0, stderr)
+        self.assertIn(f"latest (latest checkpoint): {run / 'checkpoints' / 'ckpt-12'}",
+                      stdout + stderr)
+
+
 if __name__ == "__main__":
     tf.test.main()

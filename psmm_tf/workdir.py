@@ -164,6 +164,9 @@ def load_config(workdir, error=ValueError):
         return ExperimentConfig.from_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"No {path}: expected the folder of a training run.") from None
+    except NotADirectoryError:
+        raise error(f"{workdir} is a file, not a folder: expected the folder of a training run "
+                    f"(its {CONFIG_FILE}, {VOCAB_FILE}, {MODEL_FILE}).") from None
     except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSONDecodeError too
         raise error(f"{path} is not a training run's config ({type(err).__name__}: {err}); "
                     "restore it from a backup, or start a new run in another workdir.") from None
@@ -348,7 +351,7 @@ def restore_model(config, vocabulary, checkpoint, error=ValueError, name=None):
     model.set_vocabulary(vocabulary.tokens)
     try:
         path, failures = checkpoints.restore_first_readable(
-            tf.train.Checkpoint(model=model), paths, partial=True)
+            tf.train.Checkpoint(model=model), paths)
     except AssertionError as err:
         raise error(f"Checkpoint {str(err)[:300]}: it does not hold the model the config "
                     f"describes (another model kind or size); give the config of the run "

@@ -2,12 +2,14 @@
 resumes from damaged checkpoints and logs, a full disk. Each is refused with a message naming
 it, and nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import tensorflow as tf
@@ -22,6 +24,7 @@ from psmm_tf.testing import (
     drop_file_permission_override,
     run_script,
     snapshot,
+    start_script,
     tiny_config,
     write_text_corpus,
 )
@@ -471,6 +474,104 @@ class DiskFullTest(psmm_testing.TrainedRunTestCase):
         done = run_script("trainers/train.py", args)  # space again: the same command finishes
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(json.loads((workdir / "results.json").read_text())["global_step"], 6)
+
+
+class InitFromTest(psmm_testing.TrainedRunTestCase):
+    """Third sweep (issue 50): --init_from=RUN while RUN trains read a model.keras that RUN
+    replaces after, and the new run recorded only RUN's path."""
+
+    def test_a_run_in_progress_is_refused_and_the_model_started_from_is_recorded(self):
+        run = self.copy_run("init_source")
+        before = snapshot(run)
+        workdir = Path(self.get_temp_dir()) / "init_target"
+        shutil.rmtree(workdir, ignore_errors=True)
+        config = tiny_config(steps_per_epoch=2, max_eval_tokens=100)
+        with run_setup.workdir_lock(run):
+            for source in (run, run / "model.keras"):
+                with self.subTest(init_from=source):
+                    with self.assertRaisesRegex(
+                            run_setup.RunRefusedError,
+                            rf"init_from {source}: the run in {run} is still training \(pid "
+                            rf"{os.getpid()} holds {run}/.lock\), and its model.keras is "
+                            rf"replaced at every improving validation"):
+                        train_lib.run(config.replace(train={"init_from": str(source)}), workdir,
+                                      verbose=0)
+                    self.assertFalse(workdir.exists())
+        self.assertEqual(snapshot(run), before)
+        train_lib.run(config.replace(train={"init_from": str(run)}), workdir, verbose=0)
+        stored = configs.ExperimentConfig.from_json((workdir / "config.json").read_text())
+        self.assertEqual(stored.train.init_from, str(run))
+        self.assertEqual(stored.train.init_from_sha256,
+                         hashlib.sha256((run / "model.keras").read_bytes()).hexdigest())
+
+
+class CharOutputBaseTest(psmm_testing.TrainedRunTestCase):
+    """Third sweep (issue 50): --char_output_on=<a file> was a NotADirectoryError traceback,
+    and a run killed before its first model.keras advised a flag psmm-train does not have."""
+
+    def test_a_file_or_a_run_without_its_model_is_refused_naming_it(self):
+        root = Path(self.get_temp_dir())
+        note = root / "notes.txt"
+        note.write_text("not a run\n")
+        killed = self.copy_run("killed_before_validation")
+        for name in ("model.keras", "results.json", "history.json"):
+            (killed / name).unlink(missing_ok=True)
+        before = snapshot(killed)
+        workdir = root / "char_never"
+        for base, message in [
+            (note, rf"FATAL {note} is a file, not a folder: expected the folder of a training "
+                   rf"run"),
+            (killed, rf"FATAL {killed} holds no model.keras yet .* resume that run \(psmm-train "
+                     rf"--workdir={killed}\) until it has one"),
+        ]:
+            with self.subTest(base=base.name):
+                done = run_script("trainers/train.py", [f"--char_output_on={base}",
+                                                        f"--workdir={workdir}"])
+                self.assertEqual(done.returncode, 1, done.stderr)
+                self.assertRegex(done.stderr, message)
+                self.assertNotIn("Traceback", done.stderr)
+                self.assertNotIn("model_source", done.stderr)
+                self.assertFalse(workdir.exists())
+        self.assertEqual(snapshot(killed), before)
+        self.assertEqual(note.read_text(), "not a run\n")
+
+
+class InterruptTest(tf.test.TestCase):
+    """Third sweep (issue 50): Ctrl-C during epoch 1 was a 65-line KeyboardInterrupt traceback,
+    and the resumed run printed TensorFlow's warnings of unrestored `(root).vocabulary`."""
+
+    def test_ctrl_c_is_one_line_and_exit_130_and_the_resume_warns_of_nothing(self):
+        workdir = Path(self.get_temp_dir()) / "interrupted"
+        shutil.rmtree(workdir, ignore_errors=True)
+        args = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
+                "--steps_per_epoch=60", "--epochs=1", "--checkpoint_every_steps=2",
+                "--max_eval_tokens=100", "--verbose=0", f"--workdir={workdir}"]
+        child = start_script("trainers/train.py", args, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 240
+            while not list((workdir / "checkpoints").glob("ckpt-*.index")):
+                self.assertIsNone(child.poll(), "psmm-train ended before its first checkpoint")
+                self.assertLess(time.monotonic(), deadline, "no checkpoint after 240 s")
+                time.sleep(0.2)
+            child.send_signal(signal.SIGINT)
+            _, stderr = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        self.assertEqual(child.returncode, 130, stderr)
+        self.assertNotIn("Traceback", stderr)
+        self.assertNotIn("KeyboardInterrupt", stderr)
+        self.assertRegex(stderr, r"psmm-train: interrupted \(Ctrl-C\). Files complete before it "
+                                 r"are unchanged; the same command resumes the run from its "
+                                 r"last checkpoint.")
+        self.assertFalse((workdir / ".lock").exists())
+        done = run_script("trainers/train.py", args)  # resumes
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(json.loads((workdir / "results.json").read_text())["global_step"], 60)
+        for warning in ("could not be found in the restored object", "Unresolved object",
+                        "(root).vocabulary", "Traceback"):
+            self.assertNotIn(warning, done.stderr)
 
 
 if __name__ == "__main__":

@@ -172,7 +172,7 @@ def restore_latest(checkpoint, directory, partial=False):
         AssertionError: the checkpoint holds another model's objects.
     """
     path, failures = restore_first_readable(checkpoint, checkpoint_paths(directory),
-                                            partial=partial, require_match=not partial)
+                                            require_match=not partial)
     if path is not None:
         return path
     if failures:
