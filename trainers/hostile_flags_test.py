@@ -3,6 +3,9 @@ flags, data folders and backends before writing anything. Each is refused with a
 naming it, and nothing a user has is touched (every pre-existing file byte-identical
 afterwards)."""
 
+import contextlib
+import io
+import os
 from pathlib import Path
 
 import tensorflow as tf
@@ -25,12 +28,12 @@ class DataDirTest(psmm_testing.TrainedRunTestCase):
             with self.subTest(data_dir=data_dir, args=args):
                 before = snapshot(data_dir)
                 workdir = Path(self.get_temp_dir()) / "never"
-                done = run_script("trainers/train.py", [f"--workdir={workdir}",
-                                                        f"--data_dir={data_dir}", *args])
-                self.assertNotEqual(done.returncode, 0)
-                self.assertRegex(done.stderr, message)
+                code, stderr = _train_in_process([f"--workdir={workdir}",
+                                                  f"--data_dir={data_dir}", *args])
+                self.assertNotEqual(code, 0)
+                self.assertRegex(stderr, message)
                 if not args:
-                    self.assertIn("--dataset=ptb|wikitext2|wikitext103|text", done.stderr)
+                    self.assertIn("--dataset=ptb|wikitext2|wikitext103|text", stderr)
                 self.assertEqual(snapshot(data_dir), before)
                 self.assertFalse(workdir.exists())
 
@@ -104,7 +107,9 @@ class FlagSweepTest(tf.test.TestCase):
              r"--context_length=9 must be < --window_size=4"),
             (["--gate_embedding_dim=5"], r"--gate_embedding_dim is only used with "
                                          r"--input_output_gate_on"),
-            (["--max_vocab_size=1"], r"--max_vocab_size cannot be used with --dataset=synthetic"),
+            (["--max_vocab_size=5"], r"--max_vocab_size cannot be used with --dataset=synthetic"),
+            (["--dataset=text", f"--data_dir={corpus}", "--max_vocab_size=2"],
+             r"max_vocab_size must be >= 3 \(<unk>, <eos> and at least one word\), got 2"),
             (["--dataset=text", f"--data_dir={corpus}", "--synthetic_train_tokens=100"],
              r"--synthetic_train_tokens is only used with --dataset=synthetic"),
             (["--dataset=ptb"], r"--data_dir is required for --dataset=ptb"),
@@ -117,13 +122,46 @@ class FlagSweepTest(tf.test.TestCase):
              r"--model cannot be combined with it"),
         ]:
             with self.subTest(args=args):
-                done = run_script("trainers/train.py", [f"--workdir={workdir}", *args],
-                                  env={"TF_CONFIG": ""})
-                self.assertEqual(done.returncode, 1)
-                self.assertRegex(done.stderr, message)
-                self.assertNotIn("Traceback", done.stderr)
+                # psmm-train's own main, in this process: a new process per case cost ~6 s of
+                # TensorFlow start each (issue 47); the first case also runs as the program.
+                code, stderr = _train_in_process([f"--workdir={workdir}", *args])
+                self.assertEqual(code, 1)
+                self.assertRegex(stderr, message)
                 self.assertFalse(workdir.exists())
+        done = run_script("trainers/train.py", [f"--workdir={workdir}", "--batch_size=0"])
+        self.assertEqual(done.returncode, 1)
+        self.assertRegex(done.stderr, r"flag --batch_size=0: must be an integer >= 1")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertFalse(workdir.exists())
         self.assertEqual(snapshot(corpus), before)
+
+
+def _train_in_process(args):
+    """`(exit status, stderr)` of psmm-train's main run with `args` in this process (its flags
+    restored afterwards); an exception other than its exit propagates (a traceback)."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from psmm_tf.trainers import train
+
+    err = io.StringIO()
+    environ = dict(os.environ)
+    os.environ["TF_CONFIG"] = ""
+    try:
+        with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
+            flags.FLAGS.unparse_flags()
+            try:
+                train.main(["psmm-train", *args])
+                code = 0
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+                if isinstance(exit_.code, str):
+                    err.write(exit_.code + "\n")
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        flags.FLAGS.unparse_flags()
+    return code, err.getvalue()
 
 
 class OutOfMemoryTest(tf.test.TestCase):
