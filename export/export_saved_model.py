@@ -37,9 +37,8 @@ for _name, _help in (("workdir", "Training workdir (config.json, vocab.txt, mode
         ("export_base", "Folder of the versions; created if missing.")):
     flags.DEFINE_string(_name, None, _help, flag_values=FLAGS)
 flags.DEFINE_enum("model_source", None, ["best", "latest"], "With --workdir: best (model.keras, "
-                  "best by validation perplexity, the gate calibrated) or latest (the newest "
-                  "checkpoint). Default: best for a finished run (results.json written) and an "
-                  "input-to-output gate run, else latest.", flag_values=FLAGS)
+                  "the gate calibrated) or latest (the newest checkpoint). Default: best for a "
+                  "finished run and an input-to-output gate run, else latest.", flag_values=FLAGS)
 flags.DEFINE_integer("model_version", None, "Version folder to write (default: the next "
                      "integer).", flag_values=FLAGS)
 flags.register_validator("model_version", lambda v: v is None or 1 <= v < 2**63,
