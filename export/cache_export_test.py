@@ -351,7 +351,13 @@ class CacheFlagsTest(tf.test.TestCase):
              r"--cache_theta must be a finite number >= 0 .*got -1.0"),
             (["--cache_window=10", "--cache_theta=nan"], r"--cache_theta must be a finite"),
             (["--cache_window=10", "--cache_lambda=1.5"],
-             r"--cache_lambda must be in \[0, 1\] .*got 1.5"),
+             r"--cache_lambda must be in \[0, 1\) .*got 1.5"),
+            # Third sweep (issue 50): lambda 1 exported a perplexity of 2e21 (an empty cache).
+            (["--cache_window=10", "--cache_lambda=1.0"],
+             r"--cache_lambda must be in \[0, 1\) .*probability 0\), got 1.0"),
+            (["--cache_window=10", "--cache_lambda=nan"], r"--cache_lambda must be in \[0, 1\)"),
+            (["--cache_window=10", "--cache_lambda=-0.1"],
+             r"--cache_lambda must be in \[0, 1\) .*got -0.1"),
             (["--cache_theta=0.5"], r"--cache_theta given without --cache_window"),
             (["--cache_lambda=0.2", "--cache_theta=1"],
              r"--cache_theta and --cache_lambda given without --cache_window"),
@@ -368,7 +374,7 @@ class CacheFlagsTest(tf.test.TestCase):
         self.assertEqual(export_saved_model.cache_settings(50),
                          CacheSettings(50, export_lib.DEFAULT_CACHE_THETA,
                                        export_lib.DEFAULT_CACHE_LAMBDA))
-        self.assertEqual(export_saved_model.cache_settings(5, 0.0, 1.0), CacheSettings(5, 0, 1))
+        self.assertEqual(export_saved_model.cache_settings(5, 0.0, 0.5), CacheSettings(5, 0, 0.5))
         with self.assertRaisesRegex(ValueError, r"window must be an integer >= 1"):
             CacheSettings(0, 0.3, 0.1)
 

@@ -37,8 +37,8 @@ for _name, _help in (("workdir", "Training workdir (config.json, vocab.txt, mode
         ("export_base", "Folder of the versions; created if missing.")):
     flags.DEFINE_string(_name, None, _help, flag_values=FLAGS)
 flags.DEFINE_enum("model_source", None, ["best", "latest"], "With --workdir: best (model.keras, "
-                  "best by validation perplexity) or latest (the newest checkpoint). Default: "
-                  "latest; best for an input-to-output gate run.", flag_values=FLAGS)
+                  "the gate calibrated) or latest (the newest checkpoint). Default: best for a "
+                  "finished run and an input-to-output gate run, else latest.", flag_values=FLAGS)
 flags.DEFINE_integer("model_version", None, "Version folder to write (default: the next "
                      "integer).", flag_values=FLAGS)
 flags.register_validator("model_version", lambda v: v is None or 1 <= v < 2**63,
@@ -53,7 +53,7 @@ flags.DEFINE_integer("cache_window", None, "Export with a neural cache (Grave et
                      "this many previous hidden states.", flag_values=FLAGS)
 flags.DEFINE_float("cache_theta", None, "Flatness of the cache distribution, >= 0 (with "
                    f"--cache_window; default {export_lib.DEFAULT_CACHE_THETA}).", flag_values=FLAGS)
-flags.DEFINE_float("cache_lambda", None, "Interpolation weight of the cache in [0, 1] (with "
+flags.DEFINE_float("cache_lambda", None, "Interpolation weight of the cache in [0, 1) (with "
                    f"--cache_window; default {export_lib.DEFAULT_CACHE_LAMBDA}).",
                    flag_values=FLAGS)
 

@@ -35,6 +35,9 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
 # What a program adds to its out-of-space message.
 DISK_FULL_ADVICE = {"psmm-train": " (it resumes the run from its last checkpoint)"}
+INTERRUPT_ADVICE = {"psmm-train": "; the same command resumes the run from its last checkpoint"}
+# The exit status of a program stopped by Ctrl-C (SIGINT), as a shell reports it: 128 + 2.
+INTERRUPTED_STATUS = 130
 
 
 def version_line(program):
@@ -199,14 +202,18 @@ def _op_error_line(error):
 
 def exit_when_out_of_resources(main, program):
     """`main` that exits (status 1) with one line, instead of a stack dump, when a write finds
-    the disk full (naming the file) or an allocation does not fit in memory; writes are atomic
-    (a temporary file and a rename, removed on failure), so files complete before are
-    unchanged."""
+    the disk full (naming the file) or an allocation does not fit in memory, and (status 130)
+    when Ctrl-C stops it; writes are atomic (a temporary file and a rename, removed on
+    failure), so files complete before are unchanged."""
 
     @functools.wraps(main)
     def guarded(*args, **kwargs):
         try:
             return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            print(f"\n{program}: interrupted (Ctrl-C). Files complete before it are unchanged"
+                  f"{INTERRUPT_ADVICE.get(program, '')}.", file=sys.stderr, flush=True)
+            sys.exit(INTERRUPTED_STATUS)
         except Exception as error:  # re-raised unless it is a full disk or memory
             detail = disk_full_detail(error)
             if detail is not None:

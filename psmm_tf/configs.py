@@ -221,6 +221,9 @@ class TrainConfig:
     # vocabulary a new run starts from; the model fields must describe that model (None: a
     # fresh initialisation).
     init_from: str | None = None
+    # Resolved at the start (never given): the sha256 of the .keras file `init_from` named when
+    # the run started from it (a resumed run keeps the one its checkpoints started from).
+    init_from_sha256: str | None = None
 
     def __post_init__(self):
         _check_choice("pointer_memory", self.pointer_memory, POINTER_MEMORY_MODES)
@@ -242,6 +245,11 @@ class TrainConfig:
                                            or not self.init_from):
             raise ValueError(f"init_from must be the path of a trained run folder or .keras "
                              f"file, or None; got {self.init_from!r}.")
+        if self.init_from_sha256 is not None and not (
+                isinstance(self.init_from_sha256, str) and len(self.init_from_sha256) == 64
+                and all(c in "0123456789abcdef" for c in self.init_from_sha256)):
+            raise ValueError(f"init_from_sha256 must be a sha256 (64 hex digits) or None; got "
+                             f"{self.init_from_sha256!r}.")
         if not isinstance(self.calibrate_gate, bool):
             raise ValueError(f"calibrate_gate must be True or False, got {self.calibrate_gate!r}.")
         if self.context_length is not None and self.context_length < 0:
@@ -301,6 +309,9 @@ class DataConfig:
         _check_positive_int("min_count", self.min_count)
         if self.max_vocab_size is not None:
             _check_positive_int("max_vocab_size", self.max_vocab_size)
+            if self.max_vocab_size < 3:
+                raise ValueError(f"max_vocab_size must be >= 3 (<unk>, <eos> and at least one "
+                                 f"word), got {self.max_vocab_size}.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,10 @@ equations (Merity et al. 2016, eq. 1-9) rather than from the layer's vectorised 
 test comparing the two can fail.
 """
 
+import gzip
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,12 @@ def use_native_test_cache():
 
     os.environ["PSMM_TF_CACHE"] = str(NATIVE_TEST_CACHE)
     native.configure(cache_dir=str(NATIVE_TEST_CACHE))
+
+
+# The real corpora (and --dataset=text folders) are prepared as TFDS datasets in TFDS's default
+# data dir: in the tests (and the programs they start, which inherit it), a temporary one rather
+# than ~/tensorflow_datasets. TFDS reads it once, at its import (not imported by psmm_tf's).
+os.environ.setdefault("TFDS_DATA_DIR", tempfile.mkdtemp(prefix="psmm_tests_tfds_"))
 
 
 def reference_pointer_sentinel(hidden, memory, memory_mask, query_kernel, query_bias, sentinel,
@@ -377,3 +385,75 @@ def language_model(cls, seed=None, **kwargs):
     kwargs = {"input_dropout": 0.5, "hidden_dropout": 0.5, "zoneout": 0.1, **kwargs}
     backbone_kwargs = {name: kwargs.pop(name) for name in _BACKBONE_ARGUMENTS if name in kwargs}
     return cls(LSTMBackbone(seed=seed, **backbone_kwargs), seed=seed, **kwargs)
+
+
+def tiny_config(**train):
+    """The `tiny` preset on a small synthetic corpus, with short epochs and evaluations."""
+    from psmm_tf import configs
+
+    fields = {"steps_per_epoch": 12, "max_epochs": 1, "checkpoint_every_steps": 5,
+              "max_eval_tokens": 300}
+    fields.update(train)
+    return configs.get_preset("tiny").replace(train=fields,
+                                              data={"synthetic_train_tokens": 4000})
+
+
+# Hostile inputs (docs/hostile_inputs.md): what every file touched must keep, a user's corpus,
+# and one trained run per process that each case copies.
+
+def snapshot(directory):
+    """{relative path: bytes} of every file under `directory`."""
+    directory = Path(directory)
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def write_text_corpus(directory):
+    """A user's corpus folder: train.txt.gz, valid.txt, test.txt and a vocab.txt of theirs."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    line = "the cat sat on the mat and the dog sat on the log .\n"
+    with gzip.open(directory / "train.txt.gz", "wt") as f:
+        f.write(line * 200)
+    (directory / "valid.txt").write_text(line * 10)
+    (directory / "test.txt").write_text(line * 10)
+    (directory / "vocab.txt").write_text("<unk>\n<eos>\nthe\ncat\n")
+    return directory
+
+
+def truncate(path, size=100):
+    """Cuts file `path` to its first `size` bytes (a damaged file)."""
+    path = Path(path)
+    path.write_bytes(path.read_bytes()[:size])
+
+
+def drop_file_permission_override():
+    """preexec_fn: the child loses CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (root ignores a
+    folder's mode otherwise), so a read-only folder is read-only to it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+class TrainedRunTestCase(tf.test.TestCase):
+    """One tiny synthetic run (12 steps, checkpoints 5, 10, 12), trained once per process (in
+    its temporary folder, shared by every test file) and copied by each test."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        from psmm_tf.training import train_lib
+
+        cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "hostile_base_run"
+        if not (cls.base / "results.json").is_file():
+            shutil.rmtree(cls.base, ignore_errors=True)
+            train_lib.run(tiny_config(), cls.base, verbose=0)
+
+    def copy_run(self, name):
+        workdir = Path(self.get_temp_dir()) / name
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.copytree(self.base, workdir)
+        return workdir

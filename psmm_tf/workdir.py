@@ -6,7 +6,8 @@ A training run's workdir holds:
     vocab.sha256        sha256 of the vocabulary's tokens (`vocabulary_hash`), checked wherever
                         a vocabulary is loaded with the run's model
     .lock               the pid of the run in progress (`run_setup.workdir_lock`)
-    checkpoints/        `tf.train.Checkpoint` files (`psmm_tf.training.checkpointing`)
+    checkpoints/        `tf.train.Checkpoint` files (written by `psmm_tf.training.checkpointing`,
+                        read by `psmm_tf.checkpoints`)
     model.keras         `model.save` of the best model so far by validation perplexity
     history.json        one record per finished epoch (perplexities, learning rate, timing)
     steps.jsonl         one JSON line per training step (epoch, step, loss, lr)
@@ -163,6 +164,9 @@ def load_config(workdir, error=ValueError):
         return ExperimentConfig.from_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"No {path}: expected the folder of a training run.") from None
+    except NotADirectoryError:
+        raise error(f"{workdir} is a file, not a folder: expected the folder of a training run "
+                    f"(its {CONFIG_FILE}, {VOCAB_FILE}, {MODEL_FILE}).") from None
     except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSONDecodeError too
         raise error(f"{path} is not a training run's config ({type(err).__name__}: {err}); "
                     "restore it from a backup, or start a new run in another workdir.") from None
@@ -328,13 +332,13 @@ def restore_model(config, vocabulary, checkpoint, error=ValueError, name=None):
     import tensorflow as tf
     from absl import logging
 
+    from psmm_tf import checkpoints
     from psmm_tf.models import build_model
-    from psmm_tf.training import checkpointing
 
     checkpoint = str(checkpoint)
     name = name or checkpoint
     if os.path.isdir(checkpoint):
-        paths = checkpointing.checkpoint_paths(checkpoint)
+        paths = checkpoints.checkpoint_paths(checkpoint)
         if not paths:
             raise FileNotFoundError(f"No checkpoint in {name} (no ckpt-N.index file).")
     elif os.path.isfile(checkpoint + ".index"):
@@ -346,8 +350,8 @@ def restore_model(config, vocabulary, checkpoint, error=ValueError, name=None):
     model = build_model(config.model, dtype=config.train.mixed_precision)
     model.set_vocabulary(vocabulary.tokens)
     try:
-        path, failures = checkpointing.restore_first_readable(
-            tf.train.Checkpoint(model=model), paths, partial=True)
+        path, failures = checkpoints.restore_first_readable(
+            tf.train.Checkpoint(model=model), paths)
     except AssertionError as err:
         raise error(f"Checkpoint {str(err)[:300]}: it does not hold the model the config "
                     f"describes (another model kind or size); give the config of the run "
@@ -357,7 +361,7 @@ def restore_model(config, vocabulary, checkpoint, error=ValueError, name=None):
                     "are damaged.")
     if failures:
         logging.warning("Loading the older checkpoint %s.", path)
-    checkpointing.check_checkpoint_vocabulary(path, vocabulary.sha256(), error)
+    checkpoints.check_checkpoint_vocabulary(path, vocabulary.sha256(), error)
     return model, path
 
 

@@ -19,6 +19,25 @@ PACKAGES = {"psmm_tf": REPO_ROOT / "psmm_tf", "psmm_tf.trainers": REPO_ROOT / "t
 ENTRY_POINTS = ("export/export_saved_model.py", "trainers/train.py", "trainers/evaluate.py",
                 "export/score.py")
 MAX_ENTRY_POINT_LINES = 120
+# The rooms of the package, lowest first (docs/architecture.md states the same order). A module
+# imports modules of its own room and of the rooms below it, never of a room above. An entry
+# names a module or a package (its modules with it); "psmm_tf" itself is the package's
+# __init__.py (its public names) only. Every module is in exactly one room.
+ROOMS = (
+    # Foundations: import nothing of psmm_tf's other rooms (native: issue 47's kernel room).
+    ("psmm_tf.configs", "psmm_tf.compiled", "psmm_tf.native_logs", "psmm_tf.native",
+     "psmm_tf.checkpoints"),
+    ("psmm_tf.data",),
+    ("psmm_tf.layers",),
+    ("psmm_tf.losses",),
+    ("psmm_tf.models",),
+    ("psmm_tf.workdir",),  # a run's files: read by evaluation, export and training
+    ("psmm_tf.evaluation",),
+    ("psmm_tf.training", "psmm_tf.gradients", "psmm_tf.optimizers", "psmm_tf.jax_train_step"),
+    ("psmm_tf",),
+    ("psmm_tf.cli",),
+    ("psmm_tf.export", "psmm_tf.trainers"),
+)
 
 
 def library_modules():
@@ -59,6 +78,28 @@ def imported_modules(name, path, known):
             prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
             found.update([p for p in prefixes if p in known][:1])
     return {module for module in found & set(known) if module != name}
+
+
+def room_of(name, rooms=ROOMS):
+    """The index in `rooms` of module `name`'s room (its longest entry), or None."""
+    best = None
+    for index, room in enumerate(rooms):
+        for entry in room:
+            nested = entry != "psmm_tf" and name.startswith(entry + ".")
+            if (name == entry or nested) and (best is None or len(entry) > len(best[1])):
+                best = (index, entry)
+    return None if best is None else best[0]
+
+
+def upward_imports(graph, rooms=ROOMS):
+    """"module -> imported module" for every import of `graph` into a higher room."""
+    # A module in no room is test_every_module_is_in_one_room's finding, not this one's.
+    def room(module):
+        found = room_of(module, rooms)
+        return -1 if found is None else found
+
+    return sorted(f"{name} -> {target}" for name, targets in graph.items()
+                  for target in targets if room(target) > room(name))
 
 
 def find_cycle(graph):
@@ -119,6 +160,27 @@ class StructureTest(unittest.TestCase):
             for target in imported_modules(name, path, modules):
                 with self.subTest(module=name, imports=target):
                     self.assertFalse(target.startswith(forbidden), f"{name} imports {target}")
+
+    def test_every_module_is_in_one_room(self):
+        unplaced = sorted(name for name in library_modules() if room_of(name) is None)
+        self.assertEqual(unplaced, [], "add these modules to a room of ROOMS (and to "
+                                       "docs/architecture.md)")
+
+    def test_rooms_are_read(self):
+        # The check can fail: an import into a higher room is found, one below is not.
+        rooms = (("p.low",), ("p.mid",), ("p",), ("p.high",))
+        graph = {"p.low.a": {"p.mid.b"}, "p.mid.b": {"p.low.a"}, "p": {"p.mid.b"},
+                 "p.high": {"p"}, "p.mid.c": {"p"}}
+        self.assertEqual(upward_imports(graph, rooms), ["p.low.a -> p.mid.b", "p.mid.c -> p"])
+        self.assertEqual(room_of("psmm_tf.layers.dense"), room_of("psmm_tf.layers"))
+        self.assertEqual(room_of("psmm_tf"), room_of("psmm_tf.cli") - 1)
+        self.assertIsNone(room_of("psmm_tf.unplaced_module"))
+
+    def test_no_import_into_a_higher_room(self):
+        modules = library_modules()
+        graph = {name: imported_modules(name, path, modules) for name, path in modules.items()}
+        self.assertEqual(upward_imports(graph), [], "imports from a lower room into a higher "
+                                                    "one (ROOMS, docs/architecture.md)")
 
     def test_entry_points_are_thin(self):
         for entry_point in ENTRY_POINTS:
@@ -185,7 +247,7 @@ class StructureTest(unittest.TestCase):
 
     def test_one_loader(self):
         # A `.keras` file is read by `causal_lm.read_model_file` and a checkpoint restored into
-        # a model by `workdir.restore_model` (over `checkpointing.restore_first_readable`, the
+        # a model by `workdir.restore_model` (over `checkpoints.restore_first_readable`, the
         # one loop that skips damaged checkpoints); every other loader calls them.
         readers = {"load_model": set(), "restore": set()}
         for path in library_modules().values():
@@ -199,7 +261,7 @@ class StructureTest(unittest.TestCase):
                 if node.func.attr == "restore" and "heckpoint" in ast.unparse(node.func.value):
                     readers["restore"].add(name)
         self.assertEqual(readers, {"load_model": {"psmm_tf/models/causal_lm.py"},
-                                   "restore": {"psmm_tf/training/checkpointing.py"}})
+                                   "restore": {"psmm_tf/checkpoints.py"}})
 
 
 # The one module that reads the native switch and the loader's answer (issue 47).

@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 from train_testlib import shared_data_dir, tiny_config
 
+from psmm_tf import checkpoints
 from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data.corpus import load_splits
@@ -159,11 +160,11 @@ class SyntheticRunTest(tf.test.TestCase):
         with mock.patch.object(checkpointing, "make_checkpoint", without_vocabulary):
             train_lib.run(config, workdir, verbose=0)
         reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(workdir + "/checkpoints"))
-        self.assertFalse(reader.has_tensor(checkpointing.VOCABULARY_KEY))
+        self.assertFalse(reader.has_tensor(checkpoints.VOCABULARY_KEY))
         results = train_lib.run(config.replace(train={"max_epochs": 2}), workdir, verbose=0)
         self.assertEqual(results["global_step"], 8)
         reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(workdir + "/checkpoints"))
-        self.assertTrue(reader.has_tensor(checkpointing.VOCABULARY_KEY))
+        self.assertTrue(reader.has_tensor(checkpoints.VOCABULARY_KEY))
 
     def test_xla_matches_eager_steps(self):
         losses = {}

@@ -12,7 +12,7 @@ from pathlib import Path
 # before psmm_tf imports TFDS, which reads it once.
 os.environ.setdefault("TFDS_DATA_DIR", tempfile.mkdtemp(prefix="psmm_tests_tfds_"))
 
-from psmm_tf import configs  # noqa: E402
+from psmm_tf.testing import tiny_config  # noqa: E402,F401 (shared with the tests beside the code)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,12 +20,3 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def shared_data_dir():
     """The reference corpora: $PSMM_SHARED_DATA, else the `shared/data` sibling of the repo."""
     return Path(os.environ.get("PSMM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
-
-
-def tiny_config(**train):
-    """The `tiny` preset on a small synthetic corpus, with short epochs and evaluations."""
-    fields = {"steps_per_epoch": 12, "max_epochs": 1, "checkpoint_every_steps": 5,
-              "max_eval_tokens": 300}
-    fields.update(train)
-    return configs.get_preset("tiny").replace(train=fields,
-                                              data={"synthetic_train_tokens": 4000})

@@ -59,7 +59,7 @@ flags.DEFINE_integer("cache_window", None, "Evaluate with a neural cache of this
                      "hidden states too (Grave et al. 2017); unset: no cache.")
 flags.DEFINE_float("cache_theta", None, "Flatness theta >= 0 of the cache distribution "
                    "(default 0.3; not with --cache_grid).")
-flags.DEFINE_float("cache_lambda", None, "Interpolation weight lambda in [0, 1] of the cache "
+flags.DEFINE_float("cache_lambda", None, "Interpolation weight lambda in [0, 1) of the cache "
                    "(default 0.1; not with --cache_grid).")
 flags.DEFINE_bool("cache_grid", False, "Choose theta and lambda by grid search on the valid "
                   "split (its first --max_tokens), then evaluate that pair on --split.")
@@ -71,8 +71,9 @@ flags.register_validator("workdir", bool, message="is required: a training run's
 flags.register_validator("cache_window", lambda v: v is None or v >= 1,
                          message="must be an integer >= 1 (hidden states in the cache).")
 flags.register_validator("cache_theta", lambda v: v is None or v >= 0, message="must be >= 0.")
-flags.register_validator("cache_lambda", lambda v: v is None or 0 <= v <= 1,
-                         message="must be in [0, 1].")
+flags.register_validator("cache_lambda", lambda v: v is None or 0 <= v < 1,
+                         message="must be in [0, 1) (at 1 every word the cache does not "
+                                 "hold gets probability 0).")
 cli.define_version_flag(FLAGS)
 
 PROGRAM = "psmm-evaluate"

@@ -48,12 +48,15 @@ def iter_lines(path: PathLike) -> Iterator[str]:
         path: str or path. A UTF-8 text file, gzip-compressed if the name ends in `.gz`.
 
     Yields:
-        str. One line at a time, the trailing `\\n` (and `\\r`) removed.
+        str. One line at a time, the trailing `\\n` (and `\\r`) removed; a UTF-8 byte order
+        mark at the start of the file is dropped (it is not part of the first word).
 
     Raises:
         FileNotFoundError: if `path` does not exist.
-        ValueError: if a line is not valid UTF-8, or a `.gz` file is not gzip, truncated or
-            corrupted (the message names file and line number).
+        ValueError: if a line is not valid UTF-8 or holds a NUL character (a binary file, or
+            UTF-16), the file starts with a UTF-16 byte order mark, its lines end in `\\r`
+            alone (classic Mac OS line ends: the whole file would be one line), or a `.gz`
+            file is not gzip, truncated or corrupted (the message names file and line number).
     """
     path = _as_path(path)
     if not path.exists():
@@ -65,11 +68,12 @@ def iter_lines(path: PathLike) -> Iterator[str]:
         stream = gzip.GzipFile(fileobj=raw) if compressed else raw
         lines = enumerate(stream, start=1)
         line_number = 0
-        while True:
+
+        def read_next():
             try:
-                line_number, line = next(lines)
+                return next(lines)
             except StopIteration:
-                return
+                return None
             except (OSError, EOFError, zlib.error) as err:
                 if not compressed:
                     raise
@@ -78,14 +82,45 @@ def iter_lines(path: PathLike) -> Iterator[str]:
                     f"{path}: not a readable gzip file after line {line_number} ({err}); "
                     f"expected a gzip-compressed UTF-8 text file (the name ends in .gz)."
                 ) from None
+
+        following = read_next()
+        while following is not None:
+            (line_number, line), following = following, None
+            if line_number == 1 and line.startswith((b"\xff\xfe", b"\xfe\xff")):
+                raise ValueError(
+                    f"{path} starts with a UTF-16 byte order mark: a UTF-16 text file; "
+                    f"expected UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8).")
             try:
-                text = line.decode("utf-8")
+                text = line.decode("utf-8-sig" if line_number == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 raise ValueError(
                     f"{path}: line {line_number} is not valid UTF-8 ({err.reason} at byte "
                     f"{err.start}); expected a UTF-8 text file."
                 ) from None
-            yield text.rstrip("\r\n")
+            if "\x00" in text:
+                raise ValueError(
+                    f"{path}: line {line_number} holds a NUL character (at character "
+                    f"{text.index(chr(0))}): a binary file, or UTF-16 text; expected a UTF-8 "
+                    f"text file.")
+            if "\ufeff" in text:  # the one at the start of the file is dropped above
+                raise ValueError(
+                    f"{path}: line {line_number} holds a byte order mark (U+FEFF) at character "
+                    f"{text.index(chr(0xFEFF))}: files joined with theirs (cat a.txt b.txt)? It "
+                    f"would become part of a word; expected it at the start of the file only "
+                    f"(remove it, e.g. sed 's/\\xEF\\xBB\\xBF//g').")
+            text = text.rstrip("\r\n")
+            if line_number == 1 and "\r" in text:
+                # One line holding carriage returns: the file's only line, when \r alone ends
+                # its lines. Looked ahead before it is yielded, so nothing of it is read.
+                following = read_next()
+                if following is None:
+                    raise ValueError(
+                        f"{path}: its lines end in a carriage return (\\r) alone (classic Mac "
+                        f"OS line ends), so the whole file would read as one line; expected "
+                        f"\\n or \\r\\n line ends (convert it, e.g. tr '\\r' '\\n').")
+            yield text
+            if following is None:
+                following = read_next()
 
 
 def line_tokens(line: str) -> list[str]:
@@ -209,7 +244,8 @@ def find_split_files(directory: PathLike, dataset: str) -> dict[str, Path]:
         dict[str, Path]. Split name -> file, for the splits present (possibly none).
 
     Raises:
-        ValueError: for an unknown dataset.
+        ValueError: for an unknown dataset, or a split's name that is not a readable file (a
+            folder, or a link that leads nowhere) where no other file of the split is.
         FileNotFoundError: if `directory` does not exist or is not a directory.
     """
     directory = _as_path(directory)
@@ -217,10 +253,19 @@ def find_split_files(directory: PathLike, dataset: str) -> dict[str, Path]:
         raise FileNotFoundError(f"Corpus directory not found: {directory}")
     found = {}
     for split in SPLITS:
-        for name in split_file_names(dataset, split):
+        names = split_file_names(dataset, split)
+        for name in names:
             if (directory / name).is_file():
                 found[split] = directory / name
                 break
+        else:
+            for name in names:  # a split's name taken by something else: named, not "missing"
+                if os.path.lexists(directory / name):
+                    what = ("a folder" if (directory / name).is_dir() else
+                            "a link that leads nowhere" if (directory / name).is_symlink()
+                            else "not a regular file")
+                    raise ValueError(f"{directory / name} is {what}; expected the {split} split's "
+                                     f"text file.")
     return found
 
 

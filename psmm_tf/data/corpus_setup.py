@@ -161,6 +161,7 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None, max_word_length=
     if vocabulary is None:
         vocabulary = Vocabulary.build(tokens[roles["train"]], min_count=data_config.min_count,
                                       max_size=data_config.max_vocab_size)
+        _warn_of_mixed_normalisation(vocabulary, directory)
     present = {role: tokens[split] for role, split in roles.items() if split in tokens}
     encoded = {role: vocabulary.encode(split) for role, split in present.items()}
     spellings = (None if max_word_length is None
@@ -168,3 +169,23 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None, max_word_length=
     counts = np.bincount(encoded["train"], minlength=len(vocabulary)).astype(np.int64)
     return Corpus(vocabulary=vocabulary, ids=encoded, train_counts=counts, data_dir=directory,
                   spellings=spellings)
+
+
+def _warn_of_mixed_normalisation(vocabulary, directory):
+    """Logs one warning when words of `vocabulary` are spelled in two Unicode normalisations
+    (e.g. "café" composed, NFC, and decomposed, NFD): they are two words to the model, as they
+    are to the serving signatures, which read text as it comes (issue 50's third sweep)."""
+    import unicodedata
+
+    from absl import logging
+
+    tokens = set(vocabulary.tokens)
+    twins = sorted(t for t in tokens if not t.isascii()
+                   and unicodedata.normalize("NFC", t) != t
+                   and unicodedata.normalize("NFC", t) in tokens)
+    if twins:
+        logging.warning(
+            "%d word(s) of the corpus in %s are spelled in two Unicode normalisations (e.g. "
+            "%a and its composed form %a): the model learns them as different words. Normalise "
+            "the files to NFC (e.g. uconv -x any-nfc) for one word each.", len(twins),
+            directory, twins[0], unicodedata.normalize("NFC", twins[0]))

@@ -117,14 +117,14 @@ class CacheMetricsTest(tf.test.TestCase, parameterized.TestCase):
         cases = [({"window": 0}, r"window must be an integer >= 1 .*got 0"),
                  ({"window": 5, "theta": -0.1}, r"theta must be a finite number >= 0 .*got -0.1"),
                  ({"window": 5, "theta": float("inf")}, r"theta must be a finite number"),
-                 ({"window": 5, "lam": 1.5}, r"lambda must be in \[0, 1\] .*got 1.5"),
+                 ({"window": 5, "lam": 1.5}, r"lambda must be in \[0, 1\) .*got 1.5"),
                  ({"window": 5, "search": True, "lambdas": (0.1, -1.0)},
-                  r"lambda must be in \[0, 1\] .*got -1.0"),
+                  r"lambda must be in \[0, 1\) .*got -1.0"),
                  ({"window": 5, "search": True, "thetas": ()}, "at least one theta")]
         for kwargs, message in cases:
             with self.subTest(kwargs=kwargs), self.assertRaisesRegex(ValueError, message):
                 CacheSettings(**kwargs)
-        with self.assertRaisesRegex(ValueError, r"lambda must be in \[0, 1\] .*got -0.5"):
+        with self.assertRaisesRegex(ValueError, r"lambda must be in \[0, 1\) .*got -0.5"):
             cache_grid_search(load_trained_run(self.workdirs["lstm"]).model, [], [0.3], [-0.5],
                               window=5)
 

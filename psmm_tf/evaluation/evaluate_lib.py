@@ -80,8 +80,8 @@ def cache_option(cache_window, given=(), cache_theta=None, cache_lambda=None, ca
             options["thetas"] = _floats("cache_thetas", cache_thetas, lambda x: x >= 0,
                                         "thetas >= 0")
         if cache_lambdas is not None:
-            options["lambdas"] = _floats("cache_lambdas", cache_lambdas, lambda x: 0 <= x <= 1,
-                                         "lambdas in [0, 1]")
+            options["lambdas"] = _floats("cache_lambdas", cache_lambdas, lambda x: 0 <= x < 1,
+                                         "lambdas in [0, 1)")
     else:
         named = [f"--{n}" for n in ("cache_thetas", "cache_lambdas") if n in given]
         if named:

@@ -48,7 +48,9 @@ def check_cache_settings(window, thetas=(), lambdas=(), names=("window", "theta"
 
     Raises ValueError, naming the setting as `names` spells it (e.g. psmm-export's flags),
     unless `window` is an integer in [1, MAX_CACHE_WINDOW], every theta a finite number >= 0
-    (an infinite theta makes `exp(theta h_t . h_i)` overflow) and every lambda in [0, 1].
+    (an infinite theta makes `exp(theta h_t . h_i)` overflow) and every lambda in [0, 1): at
+    lambda 1 every probability comes from the cache, which is empty at a stream's first word
+    and holds no unseen word (issue 50: a perplexity of 2e21).
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"{names[0]} must be an integer >= 1 (the number of previous hidden "
@@ -64,9 +66,11 @@ def check_cache_settings(window, thetas=(), lambdas=(), names=("window", "theta"
             raise ValueError(f"{names[1]} must be a finite number >= 0 (the flatness of the "
                              f"cache distribution; 0 is uniform), got {theta!r}.")
     for lam in lambdas:
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
-            raise ValueError(f"{names[2]} must be in [0, 1] (the cache's interpolation "
-                             f"weight), got {lam!r}.")
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam < 1.0:
+            raise ValueError(f"{names[2]} must be in [0, 1) (the cache's interpolation weight; "
+                             f"at 1 the model's own probabilities are dropped, and a word the "
+                             f"cache does not hold, as every word at a stream's start, gets "
+                             f"probability 0), got {lam!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +81,7 @@ class CacheSettings:
         window: int. `W`: previous hidden states in the cache.
         theta: float. Flatness of the cache distribution (`p_cache ∝ exp(theta h_t . h_i)`),
             used when `search` is False (Grave et al.'s typical 0.3).
-        lam: float in [0, 1]. Interpolation weight of the cache (typically 0.1).
+        lam: float in [0, 1). Interpolation weight of the cache (typically 0.1).
         search: bool. Evaluation only: choose theta and lambda by grid search on the
             validation split first.
         thetas, lambdas: the grid of the search.
@@ -112,7 +116,7 @@ class NeuralCache:
         model: a `psmm_tf.models.LanguageModel`.
         window: int. Number of previous hidden states in the cache.
         theta: float. Flatness of the cache distribution.
-        lam: float in [0, 1]. Interpolation weight of the cache.
+        lam: float in [0, 1). Interpolation weight of the cache.
 
     Example:
     ```python
@@ -227,7 +231,7 @@ def cache_grid_search(model, windows, thetas, lambdas, window=100):
         model: a trained `LanguageModel` (its `hidden` output is `h`).
         windows: iterable of dicts with `token_ids`, `targets`, `token_mask`, `target_weights`
             (from `psmm_tf.data.evaluation_windows`), in stream order.
-        thetas: sequence of G finite floats >= 0. lambdas: sequence of Λ floats in [0, 1].
+        thetas: sequence of G finite floats >= 0. lambdas: sequence of Λ floats in [0, 1).
         window: int >= 1. Cache size `W`.
 
     Returns:

@@ -75,7 +75,7 @@ class NeuralCacheTest(testing.TestCase):
         model = self._model()
         with self.assertRaisesRegex(ValueError, "window must be an integer >= 1"):
             NeuralCache(model, window=0)
-        with self.assertRaisesRegex(ValueError, r"lam must be in \[0, 1\]"):
+        with self.assertRaisesRegex(ValueError, r"lam must be in \[0, 1\)"):
             NeuralCache(model, lam=1.5)
         with self.assertRaisesRegex(ValueError, "theta must be a finite number >= 0"):
             NeuralCache(model, theta=-1.0)

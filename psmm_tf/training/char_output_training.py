@@ -154,6 +154,14 @@ def load_base(config):
         RunLoadError: the base run cannot be loaded (naming what), or it is itself a run that
             wraps another model.
     """
+    base = Path(config.base_workdir)
+    if (base / run_files.CONFIG_FILE).is_file() and not (base / run_files.MODEL_FILE).is_file():
+        # A run killed before its first validation: the frozen model is its model.keras only.
+        raise RunLoadError(
+            f"{base} holds no {run_files.MODEL_FILE} yet (the run's best model, written at its "
+            f"first validation: was it stopped before one?). The character output trains on a "
+            f"finished run's {run_files.MODEL_FILE}: resume that run (psmm-train "
+            f"--workdir={base}) until it has one.")
     run = load_trained_run(config.base_workdir, data_dir=config.data_dir)
     if run.config.model.base_model is not None:
         raise RunLoadError(f"{config.base_workdir} is an input-to-output gate run; train the "

@@ -1,4 +1,5 @@
-"""What a checkpoint holds to resume a run exactly, and reading the checkpoints back.
+"""What a checkpoint holds to resume a run exactly (reading any checkpoint back, the one loop
+that skips a damaged one, is `psmm_tf.checkpoints`: evaluation and export read them too).
 
 A run's workdir (the names are `psmm_tf.workdir`'s):
     config.json         `ExperimentConfig.to_json()` of the run (vocab_size and seeds resolved)
@@ -23,8 +24,9 @@ A checkpoint holds, under these keys:
     carry       the LSTM state and pointer memory carried into that next window, global rows
     vocabulary  the sha256 of the run's vocabulary tokens (`vocab.sha256`'s), so a checkpoint
                 is checked against the vocabulary it is loaded with
-                (`check_checkpoint_vocabulary`), not only against a file beside it;
-                0.1.0's checkpoints have no such key and are checked by `vocab.sha256` alone
+                (`psmm_tf.checkpoints.check_checkpoint_vocabulary`), not only against a
+                file beside it; 0.1.0's checkpoints have no such key and are checked by
+                `vocab.sha256` alone
 Under `model` are every weight and the state of every dropout / zoneout / sampling
 `SeedGenerator` (`track_random_states` gives each layer with one a `tf.Module` holding its
 state), so a resumed run draws the masks an uninterrupted one draws.
@@ -36,11 +38,9 @@ kill mid-write leaves the previous checkpoint as the latest. A checkpoint damage
 truncated or corrupted file) is skipped by `restore_latest` for the one before it, saying so.
 """
 
-import re
-from pathlib import Path
-
 import tensorflow as tf
-from absl import logging
+
+from psmm_tf.checkpoints import checkpoint_paths, restore_first_readable
 
 
 class Progress(tf.Module):
@@ -142,23 +142,6 @@ def make_checkpoint(model, optimizer, schedule, progress, carry, vocabulary_sha2
                                progress=progress, carry=carry, **extra)
 
 
-VOCABULARY_KEY = "vocabulary/.ATTRIBUTES/VARIABLE_VALUE"
-
-
-def check_checkpoint_vocabulary(path, vocabulary_sha256, error=ValueError):
-    """Raises `error` when checkpoint `path` records another vocabulary than the one whose
-    tokens hash to `vocabulary_sha256` (0.1.0's checkpoints record none)."""
-    reader = tf.train.load_checkpoint(str(path))
-    if not reader.has_tensor(VOCABULARY_KEY):
-        return
-    recorded = reader.get_tensor(VOCABULARY_KEY)
-    recorded = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
-    if recorded != vocabulary_sha256:
-        raise error(f"Checkpoint {path} was trained with another vocabulary (sha256 "
-                    f"{recorded[:16]}...) than the one given (sha256 {vocabulary_sha256[:16]}"
-                    f"...): use the run's own vocab.txt.")
-
-
 def make_manager(checkpoint, directory, max_to_keep):
     """A `tf.train.CheckpointManager` writing `ckpt-<global step>` files into `directory`."""
     return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=max_to_keep,
@@ -167,68 +150,6 @@ def make_manager(checkpoint, directory, max_to_keep):
 
 class CheckpointRestoreError(RuntimeError):
     """No checkpoint of a run's directory could be read."""
-
-
-def checkpoint_paths(directory):
-    """The checkpoint prefixes (`.../ckpt-N`) of `directory`, newest (highest N) first.
-
-    Read from the files themselves, not the `checkpoint` index, so a damaged index hides none.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    numbered = []
-    for index in directory.glob("ckpt-*.index"):
-        match = re.fullmatch(r"ckpt-(\d+)\.index", index.name)
-        if match:
-            numbered.append((int(match.group(1)), str(directory / index.name[:-len(".index")])))
-    return [path for _, path in sorted(numbered, reverse=True)]
-
-
-# What reading a truncated or corrupted checkpoint raises (TF's reader: DataLossError, or an
-# IndexError "Read less bytes than requested"; OpError covers a missing data shard).
-_DAMAGED = (tf.errors.OpError, IndexError, ValueError)
-
-
-def restore_first_readable(checkpoint, paths, partial=False, require_match=True):
-    """Restores the first of `paths` that can be read into `checkpoint`: the one loop that
-    skips damaged checkpoints (training's resume, psmm-export, `load_model(..., "latest")`).
-
-    A checkpoint that cannot be read (truncated, corrupted, a shard missing) is skipped for the
-    next one, with a logged warning naming its files.
-
-    Args:
-        checkpoint: `tf.train.Checkpoint`.
-        paths: checkpoint prefixes (`.../ckpt-N`), the preferred first.
-        partial: bool. The file may hold objects `checkpoint` does not (e.g. the optimizer's).
-        require_match: bool. Every object of `checkpoint` must be in the file: a checkpoint of
-            another model raises AssertionError (it is not skipped).
-
-    Returns:
-        `(path, failures)`: the prefix restored (None if none could be read) and a
-        "path: reason" string per damaged one.
-    """
-    failures = []
-    for path in paths:
-        try:
-            status = checkpoint.restore(path)
-        except _DAMAGED as err:
-            lines = str(err).strip().splitlines()
-            reason = f"{type(err).__name__}: {lines[0] if lines else ''}"
-            logging.warning("Checkpoint %s cannot be read (%s; files %s.index, %s.data-*); "
-                            "falling back to the one before it, if any.", path, reason, path,
-                            path)
-            failures.append(f"{path}: {reason}")
-            continue
-        if partial:
-            status.expect_partial()
-        if require_match:
-            try:
-                status.assert_existing_objects_matched()
-            except AssertionError as err:  # named: the caller may have tried several
-                raise AssertionError(f"{path}: {str(err).splitlines()[0][:200]}") from None
-        return path, failures
-    return None, failures
 
 
 def restore_latest(checkpoint, directory, partial=False):
@@ -252,7 +173,7 @@ def restore_latest(checkpoint, directory, partial=False):
         AssertionError: the checkpoint holds another model's objects.
     """
     path, failures = restore_first_readable(checkpoint, checkpoint_paths(directory),
-                                            partial=partial, require_match=not partial)
+                                            require_match=not partial)
     if path is not None:
         return path
     if failures:

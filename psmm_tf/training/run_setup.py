@@ -11,6 +11,7 @@ import fcntl
 import os
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -34,6 +35,8 @@ class WorkdirLockedError(RunRefusedError):
 RESUMABLE_CHANGES = frozenset({
     "train.max_epochs", "train.jit_compile", "train.native", "train.checkpoint_every_steps",
     "train.keep_checkpoints", "data.tfds_data_dir",
+    # Resolved, not given: a resume from a checkpoint keeps the recorded one (prepare_workdir).
+    "train.init_from_sha256",
 })
 
 
@@ -95,6 +98,15 @@ def prepare_workdir(config, workdir, strategy, restart=False):
     init_model = None
     if config.train.init_from is not None:
         init_model = load_init_model(config.train.init_from)
+        # The model a run started from, by content: init_from's model.keras changes whenever
+        # its run trains on. A resume from a checkpoint keeps the hash it started from.
+        from psmm_tf.checkpoints import checkpoint_paths
+
+        sha256 = init_model_sha256(config.train.init_from)
+        if (stored is not None and stored.train.init_from_sha256 is not None
+                and checkpoint_paths(workdir / run_files.CHECKPOINT_DIR)):
+            sha256 = stored.train.init_from_sha256
+        config = config.replace(train={"init_from_sha256": sha256})
     if vocab_path.is_file():
         vocabulary = run_files.load_vocabulary(workdir, error=RunRefusedError)
     elif init_model is not None:
@@ -139,7 +151,7 @@ def prepare_workdir(config, workdir, strategy, restart=False):
 
 def _check_resumable(workdir, restart):
     """Refuses a workdir whose trained run cannot be resumed (its checkpoints are gone)."""
-    from psmm_tf.training.checkpointing import checkpoint_paths
+    from psmm_tf.checkpoints import checkpoint_paths
 
     checkpoints = workdir / run_files.CHECKPOINT_DIR
     wrong = run_files.misplaced_entries(workdir)
@@ -251,6 +263,23 @@ def _check_corpus_fits(config, corpus):
         raise RunRefusedError(
             f"The validation split ({data.valid_split!r} in {corpus.data_dir}) has {found}; "
             f"at least 2 tokens are needed (set --valid_split to a split that exists).")
+    # Degenerate corpora (issue 50): a model of line ends alone, or a validation perplexity of
+    # <unk> and line ends, trained and reported with exit 0.
+    vocabulary = corpus.vocabulary
+    specials = {i for i in (vocabulary.unk_id, vocabulary.eos_id) if i is not None}
+    if len(vocabulary) <= len(specials):
+        raise RunRefusedError(
+            f"The vocabulary holds no word besides <unk> and <eos> (the training split "
+            f"{data.train_split!r} in {corpus.data_dir}: {num_train} tokens, min_count="
+            f"{data.min_count}, max_vocab_size={data.max_vocab_size}): blank lines only, or "
+            f"every word rarer than min_count? Give a training file of text, or a smaller "
+            f"--min_count.")
+    if not np.isin(valid, list(specials), invert=True).any():
+        raise RunRefusedError(
+            f"The validation split ({data.valid_split!r} in {corpus.data_dir}) holds no word of "
+            f"the vocabulary: its {len(valid)} tokens are all <unk> or <eos> (another corpus or "
+            f"language than the training split, or blank lines?); its perplexity would measure "
+            f"nothing. Give a validation file of the same text as the training file.")
 
 
 @contextlib.contextmanager
@@ -331,17 +360,59 @@ def _read_lock_pid(fd):
     return text if text.isdigit() else None
 
 
-def load_init_model(path):
-    """The trained model `train.init_from` names: a run folder's model.keras or a .keras file.
+def lock_holder(workdir):
+    """The pid (a str, "?" when unreadable) of the run holding `<workdir>/.lock`, or None when
+    no run holds it. Reads only: the lock file is neither created nor changed."""
+    try:
+        fd = os.open(Path(workdir) / run_files.LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_lock_pid(fd) or "?"
+    finally:
+        os.close(fd)  # releases the shared lock, if taken
+    return None
 
-    Raises:
-        RunRefusedError: no such model, one that does not load, or one without a vocabulary.
-    """
+
+def _init_model_file(path):
+    """The .keras file `train.init_from` names (a run folder's model.keras, or the file)."""
     path = Path(path)
     model_file = path / run_files.MODEL_FILE if path.is_dir() else path
     if model_file.suffix != ".keras" or not model_file.is_file():
         raise RunRefusedError(f"init_from {path}: expected a psmm-train run folder holding "
                               f"{run_files.MODEL_FILE}, or a .keras file; there is none.")
+    holder = lock_holder(model_file.parent)
+    if holder is not None:
+        raise RunRefusedError(
+            f"init_from {path}: the run in {model_file.parent} is still training (pid "
+            f"{holder} holds {model_file.parent / run_files.LOCK_FILE}), and its "
+            f"{run_files.MODEL_FILE} is replaced at every improving validation. Wait for it to "
+            f"end, or start from a copy of a {run_files.MODEL_FILE} of it kept elsewhere.")
+    return model_file
+
+
+def init_model_sha256(path):
+    """sha256 (hex) of the .keras file `train.init_from` = `path` names."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(_init_model_file(path), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_init_model(path):
+    """The trained model `train.init_from` names: a run folder's model.keras or a .keras file.
+
+    Raises:
+        RunRefusedError: no such model, one that does not load, or one without a vocabulary,
+            or the run folder holding it is still training (its lock is held).
+    """
+    path = Path(path)
+    model_file = _init_model_file(path)
     model = run_files.read_model_file(model_file, RunRefusedError,
                                       advice=f" It is the model init_from={path} names.")
     preprocessor = getattr(model, "preprocessor", None)

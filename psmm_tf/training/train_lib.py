@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from psmm_tf import native
+from psmm_tf import checkpoints, native
 from psmm_tf import workdir as run_files
 from psmm_tf.data.pipeline import steps_per_epoch, training_windows
 from psmm_tf.evaluation import gate_calibration, pointer_diagnostics
@@ -106,7 +106,7 @@ class _Run:
                                           self.progress, self.carry),
             self.workdir / run_files.CHECKPOINT_DIR)
         if path is not None:
-            checkpointing.check_checkpoint_vocabulary(
+            checkpoints.check_checkpoint_vocabulary(
                 path, self.corpus.vocabulary.sha256(), run_setup.RunRefusedError)
             run_setup.check_history_covers(self.workdir, int(self.schedule.epochs_done.numpy()),
                                            path)

@@ -1,0 +1,110 @@
+"""Hostile inputs (issue 15, docs/hostile_inputs.md): psmm-evaluate on damaged or mismatched
+runs: splits, vocabularies, models, report options. Each is refused with a message naming it,
+and nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import tensorflow as tf
+
+from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests of its own
+from psmm_tf import workdir as run_files
+from psmm_tf.evaluation import report, trained_run
+from psmm_tf.testing import run_script, snapshot, tiny_config, truncate, write_text_corpus
+from psmm_tf.training import run_setup, train_lib
+
+
+class EvaluateSplitTest(psmm_testing.TrainedRunTestCase):
+    def test_split_without_a_file_or_a_baseline_of_another_vocabulary_is_refused(self):
+        root = Path(self.get_temp_dir())
+        data = write_text_corpus(root / "no_test_split")
+        (data / "test.txt").unlink()
+        workdir = root / "text_run"
+        train_lib.run(tiny_config(steps_per_epoch=2).replace(
+            data={"dataset": "text", "data_dir": str(data)}), workdir, verbose=0)
+        before = snapshot(workdir)
+        with self.assertRaisesRegex(trained_run.RunLoadError,
+                                    r"split='test': the corpus of .*text_run has no file for it "
+                                    r"\(it has \['train', 'valid'\]\)"):
+            report.evaluation_report(workdir, workdir / "evaluation_test", "test")
+        self.assertEqual(snapshot(workdir), before)  # no evaluation_test/ either
+        run = self.copy_run("eval_with_baseline")
+        run_before = snapshot(run)
+        with self.assertRaisesRegex(trained_run.RunLoadError,
+                                    r"baseline_workdir=.*text_run has another vocabulary"):
+            report.evaluation_report(run, root / "report", "valid", max_tokens=50,
+                                                baseline_workdir=workdir)
+        self.assertEqual(snapshot(run), run_before)
+        self.assertEqual(snapshot(workdir), before)
+
+
+class VocabularyTest(psmm_testing.TrainedRunTestCase):
+    def test_permuted_vocabulary_is_refused_where_it_meets_the_model(self):
+        workdir = self.copy_run("permuted")
+        vocab = workdir / "vocab.txt"
+        tokens = vocab.read_text().splitlines()
+        tokens[2], tokens[3] = tokens[3], tokens[2]
+        vocab.write_text("".join(t + "\n" for t in tokens))
+        before = snapshot(workdir)
+        message = r"Vocabulary .*permuted/vocab.txt is not the one the model of .* trained with"
+        with self.assertRaisesRegex(trained_run.RunLoadError, message):
+            trained_run.load_trained_run(workdir)
+        with self.assertRaisesRegex(run_setup.RunRefusedError, message):
+            train_lib.run(tiny_config(), workdir, verbose=0)
+        self.assertEqual(snapshot(workdir), before)
+        self.assertTrue(run_files.check_vocabulary(self.base / "vocab.txt", self.base))
+
+
+class EvaluateSweepTest(psmm_testing.TrainedRunTestCase):
+    def test_damaged_models_and_bad_report_options_are_errors_naming_them(self):
+        root = Path(self.get_temp_dir())
+        cut_model = self.copy_run("cut_model")
+        truncate(cut_model / "model.keras", 3000)
+        no_model = self.copy_run("all_checkpoints_cut")
+        (no_model / "model.keras").unlink()
+        for data in (no_model / "checkpoints").glob("*.data-*"):
+            truncate(data)
+        nothing = self.copy_run("no_model_at_all")
+        (nothing / "model.keras").unlink()
+        shutil.rmtree(nothing / "checkpoints")
+        good = self.copy_run("good_run")
+        says_lstm = self.copy_run("config_says_lstm")  # the check reads the run's config
+        config = json.loads((says_lstm / "config.json").read_text())
+        config["model"]["kind"] = "lstm"
+        (says_lstm / "config.json").write_text(json.dumps(config))
+        a_file = root / "report_is_a_file"
+        a_file.write_text("mine\n")
+        for run, options, message in [
+            (cut_model, {}, r"cut_model/model.keras cannot be read as a .keras model \(truncated"),
+            (no_model, {}, r"all_checkpoints_cut holds no model.keras .*use model_source=latest"),
+            (no_model, {"model_source": "latest"},
+             r"No checkpoint of .*all_checkpoints_cut/checkpoints can be read: "
+             r".*ckpt-12: IndexError"),
+            (nothing, {"model_source": "latest"}, r"no_model_at_all holds no checkpoint"),
+            (good, {"output_dir": a_file}, r"output_dir=.*report_is_a_file is a file"),
+            # Its model.keras is a PSMM (refused: not the config's model); its checkpoint,
+            # built as the config's LSTM, has no pointer to show.
+            (says_lstm, {"positions": [3]}, r"config_says_lstm/model.keras is not the model its "
+                                            r"run's config describes \(kind: config 'lstm'"),
+            (says_lstm, {"positions": [3], "model_source": "latest"},
+             r"positions=\[3\]: the model of .*config_says_lstm \(lstm\) has no pointer"),
+            (good, {"positions": [10**6]}, r"positions=\[1000000\]: \[1000000\] outside the 49 "
+                                            r"targets of split='valid'"),
+        ]:
+            with self.subTest(run=run.name, options=options):
+                before = snapshot(run)
+                output_dir = options.pop("output_dir", run / "report")
+                with self.assertRaisesRegex(trained_run.RunLoadError, message):
+                    report.evaluation_report(run, output_dir, "valid", max_tokens=50,
+                                                        **options)
+                self.assertEqual(snapshot(run), before)
+        self.assertEqual(a_file.read_text(), "mine\n")
+        done = run_script("trainers/evaluate.py", [f"--workdir={cut_model}", "--max_tokens=50"])
+        self.assertEqual(done.returncode, 1)
+        self.assertRegex(done.stderr, r"FATAL .*cut_model/model.keras cannot be read")
+        self.assertNotIn("Traceback", done.stderr)
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,182 @@
+"""Hostile inputs (issue 15, docs/hostile_inputs.md): psmm-train and psmm-evaluate refuse bad
+flags, data folders and backends before writing anything. Each is refused with a message
+naming it, and nothing a user has is touched (every pre-existing file byte-identical
+afterwards)."""
+
+import contextlib
+import io
+import os
+from pathlib import Path
+
+import tensorflow as tf
+
+from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests of its own
+from psmm_tf.evaluation import trained_run
+from psmm_tf.testing import run_script, snapshot, tiny_config, write_text_corpus
+from psmm_tf.training import run_setup, train_lib
+
+
+class DataDirTest(psmm_testing.TrainedRunTestCase):
+    def test_train_data_dir_without_dataset_is_refused_before_anything_is_written(self):
+        data = write_text_corpus(Path(self.get_temp_dir()) / "user_corpus")
+        other_run = self.copy_run("other_run")
+        for data_dir, args, message in [
+            (data, [], r"--data_dir=.*user_corpus is refused: --dataset is not given"),
+            (data, ["--dataset=synthetic"], r"--data_dir=.* is refused: --dataset=synthetic"),
+            (other_run, [], r"--data_dir=.*other_run is refused: --dataset is not given"),
+        ]:
+            with self.subTest(data_dir=data_dir, args=args):
+                before = snapshot(data_dir)
+                workdir = Path(self.get_temp_dir()) / "never"
+                code, stderr = _train_in_process([f"--workdir={workdir}",
+                                                  f"--data_dir={data_dir}", *args])
+                self.assertNotEqual(code, 0)
+                self.assertRegex(stderr, message)
+                if not args:
+                    self.assertIn("--dataset=ptb|wikitext2|wikitext103|text", stderr)
+                self.assertEqual(snapshot(data_dir), before)
+                self.assertFalse(workdir.exists())
+
+    def test_synthetic_corpus_is_never_written_into_a_data_dir(self):
+        data = write_text_corpus(Path(self.get_temp_dir()) / "user_corpus2")
+        before = snapshot(data)
+        config = tiny_config().replace(data={"data_dir": str(data)})
+        workdir = Path(self.get_temp_dir()) / "lib_run"
+        with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                    r"data_dir=.*user_corpus2 was given with dataset='synthetic'"):
+            train_lib.run(config, workdir, verbose=0)
+        self.assertEqual(snapshot(data), before)
+        self.assertFalse(workdir.exists())
+
+    def test_evaluate_data_dir_on_a_synthetic_run_writes_nothing(self):
+        data = write_text_corpus(Path(self.get_temp_dir()) / "user_corpus3")
+        (data / "train.txt.gz").unlink()  # the case that made the generator write there
+        run = self.copy_run("eval_run")
+        before, run_before = snapshot(data), snapshot(run)
+        with self.assertRaisesRegex(trained_run.RunLoadError,
+                                    r"data_dir=.*user_corpus3: the run .* synthetic corpus"):
+            trained_run.load_trained_run(run, data_dir=data)
+        done = run_script("trainers/evaluate.py", [f"--workdir={run}", f"--data_dir={data}"])
+        self.assertNotEqual(done.returncode, 0)
+        self.assertRegex(done.stderr, r"FATAL data_dir=.*user_corpus3")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertEqual(snapshot(data), before)
+        self.assertEqual(snapshot(run), run_before)
+
+
+class OtherBackendTest(psmm_testing.TrainedRunTestCase):
+    def test_the_programs_refuse_a_jax_backend_up_front(self):
+        # Issue 27: `KERAS_BACKEND=jax psmm-train` ended in a TensorFlow Checkpoint traceback.
+        workdir = self.copy_run("jax_backend")
+        before = snapshot(workdir)
+        root = Path(self.get_temp_dir())
+        programs = {
+            "psmm-train": ("trainers/train.py", ["--preset=tiny", "--dataset=synthetic",
+                                                 f"--workdir={root / 'jax_new_run'}"]),
+            "psmm-evaluate": ("trainers/evaluate.py", [f"--workdir={workdir}"]),
+            "psmm-export": ("export/export_saved_model.py",
+                            [f"--workdir={workdir}", f"--export_base={root / 'jax_export'}"]),
+        }
+        for program, (script, args) in programs.items():
+            with self.subTest(program=program):
+                done = run_script(script, args, env={"KERAS_BACKEND": "jax"})
+                self.assertEqual(done.returncode, 1, done.stderr[-2000:])
+                self.assertIn(f"FATAL {program} runs on Keras' TensorFlow backend", done.stderr)
+                self.assertIn("the Keras backend is 'jax' (KERAS_BACKEND)", done.stderr)
+        self.assertEqual(snapshot(workdir), before)
+        self.assertFalse((root / "jax_new_run").exists())
+        self.assertFalse((root / "jax_export").exists())
+
+
+class FlagSweepTest(tf.test.TestCase):
+    def test_bad_flag_values_and_combinations_are_refused_writing_nothing(self):
+        root = Path(self.get_temp_dir())
+        corpus = write_text_corpus(root / "flag_corpus")
+        before = snapshot(corpus)
+        workdir = root / "flag_run"
+        for args, message in [
+            (["--batch_size=0"], r"flag --batch_size=0: must be an integer >= 1"),
+            (["--batch_size=abc"], r"flag --batch_size=abc: invalid literal"),
+            (["--dropout=1.5"], r"flag --dropout=1.5: must be a probability in \[0, 1\)"),
+            (["--learning_rate=nan"], r"flag --learning_rate=nan: must be a finite number > 0"),
+            (["--clip_norm=inf"], r"flag --clip_norm=inf: must be a finite number > 0"),
+            (["--pointer_clip_norm=inf"], r"flag --pointer_clip_norm=inf: must be a finite"),
+            (["--seed=-1"], r"flag --seed=-1: must be an integer in \[0, 2\*\*32\)"),
+            (["--preset=huge"], r"flag --preset=huge: value should be one of"),
+            (["--window_size=4", "--context_length=9", "--pointer_memory=recompute"],
+             r"--context_length=9 must be < --window_size=4"),
+            (["--gate_embedding_dim=5"], r"--gate_embedding_dim is only used with "
+                                         r"--input_output_gate_on"),
+            (["--max_vocab_size=5"], r"--max_vocab_size cannot be used with --dataset=synthetic"),
+            (["--dataset=text", f"--data_dir={corpus}", "--max_vocab_size=2"],
+             r"max_vocab_size must be >= 3 \(<unk>, <eos> and at least one word\), got 2"),
+            (["--dataset=text", f"--data_dir={corpus}", "--synthetic_train_tokens=100"],
+             r"--synthetic_train_tokens is only used with --dataset=synthetic"),
+            (["--dataset=ptb"], r"--data_dir is required for --dataset=ptb"),
+            (["--strategy=multi_worker"], r"--strategy=multi_worker needs the cluster in "
+                                          r"TF_CONFIG"),
+            (["stray_argument"], r"Unexpected arguments: stray_argument"),
+            ([f"--input_output_gate_on={root / 'no_run'}"],
+             r"--input_output_gate_on=.*no_run: .*no_run has no config.json"),
+            ([f"--input_output_gate_on={corpus}", "--model=lstm"],
+             r"--model cannot be combined with it"),
+        ]:
+            with self.subTest(args=args):
+                # psmm-train's own main, in this process: a new process per case cost ~6 s of
+                # TensorFlow start each (issue 47); the first case also runs as the program.
+                code, stderr = _train_in_process([f"--workdir={workdir}", *args])
+                self.assertEqual(code, 1)
+                self.assertRegex(stderr, message)
+                self.assertFalse(workdir.exists())
+        done = run_script("trainers/train.py", [f"--workdir={workdir}", "--batch_size=0"])
+        self.assertEqual(done.returncode, 1)
+        self.assertRegex(done.stderr, r"flag --batch_size=0: must be an integer >= 1")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertFalse(workdir.exists())
+        self.assertEqual(snapshot(corpus), before)
+
+
+def _train_in_process(args):
+    """`(exit status, stderr)` of psmm-train's main run with `args` in this process (its flags
+    restored afterwards); an exception other than its exit propagates (a traceback)."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from psmm_tf.trainers import train
+
+    err = io.StringIO()
+    environ = dict(os.environ)
+    os.environ["TF_CONFIG"] = ""
+    try:
+        with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
+            flags.FLAGS.unparse_flags()
+            try:
+                train.main(["psmm-train", *args])
+                code = 0
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+                if isinstance(exit_.code, str):
+                    err.write(exit_.code + "\n")
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        flags.FLAGS.unparse_flags()
+    return code, err.getvalue()
+
+
+class OutOfMemoryTest(tf.test.TestCase):
+    def test_a_model_larger_than_memory_is_one_line_and_writes_nothing(self):
+        # Second sweep: `--hidden_dim=100000` ended in a ResourceExhaustedError traceback.
+        workdir = Path(self.get_temp_dir()) / "too_large"
+        done = run_script("trainers/train.py", [
+            "--preset=tiny", "--dataset=synthetic", "--epochs=1", "--hidden_dim=1000000",
+            f"--workdir={workdir}"])
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertRegex(done.stderr, r"FATAL psmm-train: out of memory \(OOM when allocating "
+                                      r"tensor with shape\[.*--hidden_dim")
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertFalse(workdir.exists())
+
+
+if __name__ == "__main__":
+    tf.test.main()
