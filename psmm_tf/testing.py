@@ -457,3 +457,31 @@ class TrainedRunTestCase(tf.test.TestCase):
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.copytree(self.base, workdir)
         return workdir
+
+
+# A tiny vocabulary and task for the tasks' keras-hub API tests (causal_lm_test.py and
+# causal_lm_hostile_test.py).
+TINY_WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(20)]
+
+
+def tiny_task(cls=None, dropout=0.1, sequence_length=12, **kwargs):
+    """A 2x8 task (`PointerSentinelLM` unless `cls` is given) over `TINY_WORDS`, window 6,
+    with its preprocessor (`sequence_length` tokens)."""
+    from psmm_tf.data.vocabulary import Vocabulary
+    from psmm_tf.models import LanguageModelPreprocessor, LSTMBackbone, PointerSentinelLM
+
+    cls = cls or PointerSentinelLM
+    backbone = LSTMBackbone(len(TINY_WORDS), 8, 8, 2, input_dropout=dropout,
+                            hidden_dropout=dropout, zoneout=dropout, seed=3, name="backbone")
+    preprocessor = LanguageModelPreprocessor(Vocabulary(TINY_WORDS),
+                                             sequence_length=sequence_length)
+    return cls(backbone, window_size=6, seed=3, output_dropout=dropout,
+               preprocessor=preprocessor, **kwargs)
+
+
+def random_ids(rng, rows, steps):
+    """(token_ids, target_ids), each [rows, steps] int32: random words of `TINY_WORDS` other
+    than <unk> and <eos>, the targets shifted by one."""
+    text = rng.integers(2, len(TINY_WORDS), size=(rows, steps + 1)).astype("int32")
+    return text[:, :-1], text[:, 1:]
+

@@ -14,7 +14,10 @@ import numpy as np
 from psmm_tf import testing
 from psmm_tf.models import PointerSentinelLM
 from psmm_tf.models.causal_lm import MAX_GENERATE_LENGTH
-from psmm_tf.models.causal_lm_test import WORDS, _ids, _task
+
+WORDS = testing.TINY_WORDS
+_task = testing.tiny_task
+_ids = testing.random_ids
 
 
 def _hashes(folder):

@@ -12,29 +12,16 @@ from keras import ops
 from psmm_tf import testing
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import (
-    LanguageModelPreprocessor,
-    LSTMBackbone,
     LSTMLanguageModel,
     PointerSentinelLM,
     PointerSoftmaxLM,
 )
 
-WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(20)]
+WORDS = testing.TINY_WORDS
 TASKS = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel),
          ("pointer_softmax", PointerSoftmaxLM))
-
-
-def _task(cls=PointerSentinelLM, dropout=0.1, sequence_length=12, **kwargs):
-    backbone = LSTMBackbone(len(WORDS), 8, 8, 2, input_dropout=dropout, hidden_dropout=dropout,
-                            zoneout=dropout, seed=3, name="backbone")
-    preprocessor = LanguageModelPreprocessor(Vocabulary(WORDS), sequence_length=sequence_length)
-    return cls(backbone, window_size=6, seed=3, output_dropout=dropout,
-               preprocessor=preprocessor, **kwargs)
-
-
-def _ids(rng, rows, steps):
-    text = rng.integers(2, len(WORDS), size=(rows, steps + 1)).astype("int32")
-    return text[:, :-1], text[:, 1:]
+_task = testing.tiny_task
+_ids = testing.random_ids
 
 
 def _cycles(rows, steps):

@@ -15,11 +15,12 @@ from psmm_tf.layers import (
     InputOutputGate,
     LockedDropout,
     PointerSentinel,
+    PointerSentinelMixture,
     PointerSoftmax,
     SampledSoftmax,
     ZoneoutLSTM,
 )
-from psmm_tf.losses import PointerSentinelLoss
+from psmm_tf.losses import MixtureNLL, PointerSentinelLoss
 from psmm_tf.models import (
     CharacterOutputLM,
     InputOutputGateLM,
@@ -51,6 +52,8 @@ INSTANCES = {
                                                      filters=((1, 4), (2, 4)), seed=2),
     "InputOutputGate": lambda: InputOutputGate(len(WORDS), embedding_dim=4, dropout=0.2),
     "PointerSentinelLoss": lambda: PointerSentinelLoss(pointer_weight=0.5),
+    "PointerSentinelMixture": lambda: PointerSentinelMixture(output_mode="probs"),
+    "MixtureNLL": lambda: MixtureNLL(reduction="sum"),
     "LSTMBackbone": _backbone,
     "WordTokenizer": lambda: WordTokenizer(Vocabulary(WORDS), sequence_length=7),
     "LanguageModelPreprocessor": lambda: LanguageModelPreprocessor(Vocabulary(WORDS)),
