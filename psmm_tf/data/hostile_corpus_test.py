@@ -17,6 +17,16 @@ from psmm_tf.training import run_setup, train_lib
 
 
 class CorpusSweepTest(psmm_testing.TrainedRunTestCase):
+    def assert_text_corpus_refused(self, folder, workdir, message):
+        """A run on the text corpus in `folder` is refused with `message` (a regex), creating
+        no `workdir` and leaving `folder` byte-identical."""
+        before = snapshot(folder)
+        config = tiny_config().replace(data={"dataset": "text", "data_dir": str(folder)})
+        with self.assertRaisesRegex(run_setup.RunRefusedError, message):
+            train_lib.run(config, workdir, verbose=0)
+        self.assertFalse(workdir.exists())
+        self.assertEqual(snapshot(folder), before)
+
     def test_unreadable_corpus_files_are_refused_naming_them(self):
         root = Path(self.get_temp_dir())
         cases = {
@@ -33,14 +43,7 @@ class CorpusSweepTest(psmm_testing.TrainedRunTestCase):
                 folder.mkdir(exist_ok=True)
                 (folder / file_name).write_bytes(data)
                 (folder / "valid.txt").write_text("the cat sat\n" * 5)
-                before = snapshot(folder)
-                workdir = root / f"run_{name}"
-                config = tiny_config().replace(data={"dataset": "text",
-                                                     "data_dir": str(folder)})
-                with self.assertRaisesRegex(run_setup.RunRefusedError, message):
-                    train_lib.run(config, workdir, verbose=0)
-                self.assertFalse(workdir.exists())
-                self.assertEqual(snapshot(folder), before)
+                self.assert_text_corpus_refused(folder, root / f"run_{name}", message)
 
     def test_a_missing_or_empty_validation_file_is_refused_naming_it(self):
         root = Path(self.get_temp_dir())
@@ -54,14 +57,7 @@ class CorpusSweepTest(psmm_testing.TrainedRunTestCase):
                 (folder / "train.txt").write_text("the cat sat on the mat .\n" * 400)
                 if valid is not None:
                     (folder / "valid.txt").write_text(valid)
-                before = snapshot(folder)
-                workdir = root / f"run_{name}"
-                config = tiny_config().replace(data={"dataset": "text",
-                                                     "data_dir": str(folder)})
-                with self.assertRaisesRegex(run_setup.RunRefusedError, message):
-                    train_lib.run(config, workdir, verbose=0)
-                self.assertFalse(workdir.exists())
-                self.assertEqual(snapshot(folder), before)
+                self.assert_text_corpus_refused(folder, root / f"run_{name}", message)
 
     def test_a_huge_single_line_is_read_as_one_stream(self):
         folder = Path(self.get_temp_dir()) / "one_huge_line"
