@@ -185,13 +185,10 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 holds an id outside the vocabulary or a weight that is NaN, infinite or < 0.
         """
         self._compile_if_needed()
-        x, y = _as_array_if_list_of_ids(x), _as_array_if_list_of_ids(y)
-        _check_id_arrays(self, x, y, sample_weight)
-        if sample_weight is not None and _holds_texts(x):
-            if validation_split:
-                raise ValueError("fit on texts with a sample_weight takes validation_data, "
-                                 "not validation_split.")
-            x, sample_weight, batch_size = self._weighted_texts(x, sample_weight, batch_size)
+        if validation_split and sample_weight is not None and _holds_texts(x):
+            raise ValueError("fit on texts with a sample_weight takes validation_data, "
+                             "not validation_split.")
+        x, y, sample_weight, batch_size = self._checked_inputs(x, y, sample_weight, batch_size)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                            callbacks=callbacks, validation_split=validation_split,
                            validation_data=validation_data, shuffle=shuffle,
@@ -201,12 +198,18 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                  **kwargs):
         """As `keras.Model.evaluate`, with `fit`'s checks of arrays."""
         self._compile_if_needed()
+        x, y, sample_weight, batch_size = self._checked_inputs(x, y, sample_weight, batch_size)
+        return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
+                                sample_weight=sample_weight, **kwargs)
+
+    def _checked_inputs(self, x, y, sample_weight, batch_size):
+        """`fit`'s and `evaluate`'s inputs after their checks: `(x, y, sample_weight,
+        batch_size)`, texts with weights as one preprocessed dataset."""
         x, y = _as_array_if_list_of_ids(x), _as_array_if_list_of_ids(y)
         _check_id_arrays(self, x, y, sample_weight)
         if sample_weight is not None and _holds_texts(x):
             x, sample_weight, batch_size = self._weighted_texts(x, sample_weight, batch_size)
-        return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
-                                sample_weight=sample_weight, **kwargs)
+        return x, y, sample_weight, batch_size
 
     def _weighted_texts(self, texts, sample_weight, batch_size):
         """Texts and one weight per text as a preprocessed dataset (keras-hub's own path
