@@ -176,14 +176,10 @@ def _mode():
 
 
 @functools.cache
-def _cpu_flags():
-    return frozenset(flag for line in build.cpu_info_lines() if line.startswith("flags")
-                     for flag in line.split(":", 1)[1].split())
-
-
 def cpu_flags():
     """The CPU's instruction-set flags (/proc/cpuinfo's), empty where they cannot be read."""
-    return _cpu_flags()
+    return frozenset(flag for line in build.cpu_info_lines() if line.startswith("flags")
+                     for flag in line.split(":", 1)[1].split())
 
 
 @functools.cache
