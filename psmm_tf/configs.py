@@ -42,6 +42,108 @@ def _check_positive_int(name, value):
 
 
 @dataclasses.dataclass(frozen=True)
+class Hyperparameter:
+    """A setting one model kind owns, declared by its registered class (its `hyperparameters`,
+    `psmm_tf.models.registry`): `build_model` passes it to that class's constructor, and
+    psmm-train gives it a flag `--<name>` of `type` with `help`.
+
+    Example: `Hyperparameter("switch_units", int, 64, "Hidden units of the switch MLP.",
+    accepts=lambda n: n >= 1, expected="an integer >= 1")`.
+    """
+
+    name: str
+    # int, float, bool or str: the type of a value and of the flag.
+    type: type
+    default: object
+    # The flag's help.
+    help: str
+    # The values accepted (None aside): a predicate on a value of `type`, and what it wants,
+    # as the error says it ("switch_units must be <expected>, got 0.").
+    accepts: object = lambda value: True
+    expected: str = "any value"
+    # None is a value too (the default may be None); with zero_is_none the flag's 0 gives None.
+    optional: bool = False
+    zero_is_none: bool = False
+
+    def check(self, value):
+        """Raises ValueError naming the setting and what it expects unless `value` is one."""
+        if value is None and self.optional:
+            return
+        number = self.type is float and isinstance(value, int)  # 1 for 1.0
+        typed = ((isinstance(value, self.type) or number)
+                 and (self.type is bool or not isinstance(value, bool)))
+        if not typed or not self.accepts(value):
+            raise ValueError(f"{self.name} must be {self.expected}"
+                             f"{' or None' if self.optional else ''}, got {value!r}.")
+
+
+# kind -> the `Hyperparameter`s its class declares (recorded by `models.register_model`).
+_DECLARED = {}
+
+
+def declare_hyperparameters(kind, hyperparameters):
+    """Records the `Hyperparameter`s of model kind `kind` (done by `models.register_model`).
+
+    Raises:
+        TypeError: an entry is not a `Hyperparameter`.
+        ValueError: a name is a `ModelConfig` field, repeated, or another kind's setting of
+            another type; or a default is not accepted.
+    """
+    fields = {field.name for field in dataclasses.fields(ModelConfig)}
+    names = [getattr(h, "name", None) for h in hyperparameters]
+    for hyperparameter in hyperparameters:
+        if not isinstance(hyperparameter, Hyperparameter):
+            raise TypeError(f"model kind {kind!r} declares {hyperparameter!r}; expected "
+                            f"configs.Hyperparameter entries.")
+        name = hyperparameter.name
+        if name in fields or names.count(name) > 1:
+            raise ValueError(f"model kind {kind!r} declares hyperparameter {name!r} "
+                             f"{'twice' if name not in fields else 'that is a ModelConfig field'}.")
+        hyperparameter.check(hyperparameter.default)
+        for other, declared in _DECLARED.items():
+            for twin in declared:
+                if other != kind and twin.name == name and twin.type is not hyperparameter.type:
+                    raise ValueError(f"model kind {kind!r} declares {name!r} as "
+                                     f"{hyperparameter.type.__name__}; kind {other!r} declares "
+                                     f"it as {twin.type.__name__}.")
+    _DECLARED[kind] = tuple(hyperparameters)
+
+
+def forget_hyperparameters(kind):
+    """Forgets the `Hyperparameter`s of model kind `kind` (`models.unregister_model`)."""
+    _DECLARED.pop(kind, None)
+
+
+def declared_hyperparameters(kind):
+    """The `Hyperparameter`s model kind `kind` declares (none for an unregistered kind)."""
+    return _DECLARED.get(kind, ())
+
+
+def _own_hyperparameters(kind, given):
+    """The values of `given` (name -> value) that are kind's own and not its defaults, checked.
+
+    Another registered kind's settings are dropped: they do not shape this kind's model (a
+    comparison's baseline inherits the model's; config.json files of older runs list every
+    kind's). A name no registered kind declares is an error; an unregistered kind keeps all.
+    """
+    if kind not in _DECLARED:
+        return dict(given)
+    own = {h.name: h for h in _DECLARED[kind]}
+    known = {h.name for declared in _DECLARED.values() for h in declared}
+    kept = {}
+    for name, value in given.items():
+        if name in own:
+            own[name].check(value)
+            if value != own[name].default:
+                kept[name] = value
+        elif name not in known:
+            raise ValueError(f"{name!r} is neither a ModelConfig field nor a hyperparameter of "
+                             f"model kind {kind!r} (its own: {sorted(own)}) or of another "
+                             f"registered kind.")
+    return kept
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The network."""
 
@@ -80,12 +182,6 @@ class ModelConfig:
     # each word's spelling, Jozefowicz et al. 2016's "CNN inputs": a word outside the
     # vocabulary read with its characters gets an embedding of its own).
     input_embedding: str = "ids"
-    # The gate g that PSMM's sentinel starts near (kind "psmm"); None: the paper's
-    # initialisation, where every score starts near 0 and the window takes about L / (L + 1) of
-    # the mass before the pointer can point (see `PointerSentinel`).
-    initial_gate: float | None = None
-    # Hidden units of the pointer softmax's switch MLP (kind "pointer_softmax" only).
-    switch_units: int = 64
     # Seed of the initialisers and dropout masks (None: nondeterministic).
     seed: int | None = None
     # None: Keras' initialisers (Glorot kernels, orthogonal recurrent kernels, forget-gate bias
@@ -100,6 +196,27 @@ class ModelConfig:
     gate_embedding_dim: int = 300
     # Dropout on the gate's embedding in training (Takase et al.: 0.5); with base_model only.
     gate_dropout: float = 0.5
+    # The kind's own settings given (name -> value), declared by its class (`Hyperparameter`s,
+    # e.g. psmm's initial_gate, pointer_softmax's switch_units); read each as an attribute
+    # (`config.initial_gate`: the default where not given). Only values other than the
+    # defaults are kept; other kinds' are dropped. config.json lists them beside the fields.
+    hyperparameters: dict = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name):
+        """The kind's hyperparameter `name` (its default unless given)."""
+        given = self.__dict__.get("hyperparameters", {})
+        for hyperparameter in declared_hyperparameters(self.__dict__.get("kind")):
+            if hyperparameter.name == name:
+                return given.get(name, hyperparameter.default)
+        if name in given:  # an unregistered kind's
+            return given[name]
+        raise AttributeError(f"ModelConfig has no field {name!r}, and model kind "
+                             f"{self.__dict__.get('kind')!r} no hyperparameter of that name.")
+
+    def hyperparameter_values(self):
+        """{name: value} of each hyperparameter the kind declares, defaults filled in."""
+        return {h.name: self.hyperparameters.get(h.name, h.default)
+                for h in declared_hyperparameters(self.kind)}
 
     @property
     def spelling_length(self):
@@ -113,10 +230,16 @@ class ModelConfig:
         if not isinstance(self.kind, str) or not self.kind:
             raise ValueError(f"kind must be a model kind such as 'psmm' or 'lstm', got "
                              f"{self.kind!r}.")
+        if not isinstance(self.hyperparameters, dict) or not all(
+                isinstance(name, str) for name in self.hyperparameters):
+            raise ValueError(f"hyperparameters must be a dict of name -> value, got "
+                             f"{self.hyperparameters!r}.")
+        object.__setattr__(self, "hyperparameters",
+                           _own_hyperparameters(self.kind, self.hyperparameters))
         _check_choice("softmax", self.softmax, SOFTMAX_KINDS)
         _check_choice("input_embedding", self.input_embedding, INPUT_EMBEDDINGS)
         for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
-                     "switch_units", "num_sampled", "max_word_length"):
+                     "num_sampled", "max_word_length"):
             _check_positive_int(name, getattr(self, name))
         for name in ("input_dropout", "hidden_dropout", "output_dropout", "zoneout"):
             value = getattr(self, name)
@@ -130,11 +253,12 @@ class ModelConfig:
         if self.init_scale is not None and not 0.0 < self.init_scale < float("inf"):
             raise ValueError(f"init_scale must be a finite number > 0 or None, got "
                              f"{self.init_scale!r}.")
-        if self.initial_gate is not None and not 0.0 < self.initial_gate < 1.0:
-            raise ValueError(f"initial_gate must be in (0, 1) or None, got "
-                             f"{self.initial_gate!r}.")
         if not 0.0 <= self.gate_dropout < 1.0:
             raise ValueError(f"gate_dropout must be in [0, 1), got {self.gate_dropout!r}.")
+
+
+# The names of ModelConfig's own fields (its hyperparameters are named beside them).
+_MODEL_FIELDS = {field.name for field in dataclasses.fields(ModelConfig)} - {"hyperparameters"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,21 +447,32 @@ class ExperimentConfig:
     data: DataConfig = DataConfig()
 
     def replace(self, model=None, train=None, data=None):
-        """A copy with fields of `model`, `train` and `data` (dicts) replaced."""
+        """A copy with fields of `model`, `train` and `data` (dicts) replaced; `model` may name
+        the kind's hyperparameters as fields (`{"initial_gate": 0.3}`)."""
+        model = dict(model or {})
+        given = {name: model.pop(name) for name in list(model) if name not in _MODEL_FIELDS}
+        if given:
+            model["hyperparameters"] = {**self.model.hyperparameters, **given}
         return ExperimentConfig(
-            model=dataclasses.replace(self.model, **(model or {})),
+            model=dataclasses.replace(self.model, **model),
             train=dataclasses.replace(self.train, **(train or {})),
             data=dataclasses.replace(self.data, **(data or {})),
         )
 
     def to_json(self):
-        """The config as a JSON string (written beside checkpoints and exports)."""
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+        """The config as a JSON string (written beside checkpoints and exports); the model's
+        hyperparameters sit beside its fields, each with its value."""
+        fields = dataclasses.asdict(self)
+        model = fields["model"]
+        model.update({**model.pop("hyperparameters"), **self.model.hyperparameter_values()})
+        return json.dumps(fields, indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text):
         """The config a `to_json` string describes; unknown fields (at the top level or in a
-        section) are an error.
+        section) are an error. The model section's names other than `ModelConfig` fields are
+        the kind's hyperparameters (another registered kind's are dropped, see
+        `ModelConfig.hyperparameters`).
 
         A config written before `pointer_clip_norm`, `char_cnn_clip_norm` and
         `pointer_loss_weight` existed trained with one joint norm and eq. 9 whole, and reads
@@ -358,8 +493,10 @@ class ExperimentConfig:
             train.setdefault("char_cnn_clip_norm", None)
             train.setdefault("pointer_loss_weight", 1.0)
             train.setdefault("calibrate_gate", False)
+        model = dict(fields.get("model", {}))
+        given = {name: model.pop(name) for name in list(model) if name not in _MODEL_FIELDS}
         return cls(
-            model=ModelConfig(**fields.get("model", {})),
+            model=ModelConfig(**model, hyperparameters=given),
             train=TrainConfig(**train),
             data=DataConfig(**fields.get("data", {})),
         )

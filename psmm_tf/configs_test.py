@@ -31,6 +31,32 @@ class ConfigTest(tf.test.TestCase):
         self.assertIsNone(config.model.initial_gate)
         self.assertFalse(config.train.calibrate_gate)  # the trained gate
 
+    def test_model_hyperparameters_sit_beside_the_fields_and_belong_to_their_kind(self):
+        medium = configs.get_preset("medium")
+        fields = json.loads(medium.to_json())
+        self.assertIsNone(fields["model"]["initial_gate"])  # psmm's own, with its value
+        self.assertNotIn("switch_units", fields["model"])  # pointer_softmax's
+        # A file listing every kind's settings (as psmm_tf wrote them before they were the
+        # kinds' own) reads as the same config: another kind's setting shapes nothing.
+        for value in (64, 128):
+            fields["model"]["switch_units"] = value
+            self.assertEqual(configs.ExperimentConfig.from_json(json.dumps(fields)), medium)
+        fields["model"]["initial_gate"] = 0.3
+        config = configs.ExperimentConfig.from_json(json.dumps(fields))
+        self.assertEqual((config.model.initial_gate, config.model.hyperparameters),
+                         (0.3, {"initial_gate": 0.3}))
+        self.assertEqual(config, medium.replace(model={"initial_gate": 0.3}))
+        switch = config.replace(model={"kind": "pointer_softmax", "switch_units": 32}).model
+        self.assertEqual((switch.switch_units, switch.hyperparameters), (32, {"switch_units": 32}))
+        for name, value, message in (
+                ("initial_gate", 1.0, r"initial_gate must be in \(0, 1\) or None, got 1.0"),
+                ("nope", 1, r"'nope' is neither a ModelConfig field nor a hyperparameter of "
+                            r"model kind 'psmm' \(its own: \['initial_gate'\]\)")):
+            fields["model"][name] = value
+            with self.subTest(name=name), self.assertRaisesRegex(ValueError, message):
+                configs.ExperimentConfig.from_json(json.dumps(fields))
+            fields["model"].pop(name)
+
     def test_bad_pointer_settings_are_refused(self):
         for field, value in (("pointer_clip_norm", 0.0), ("char_cnn_clip_norm", -1.0),
                              ("pointer_loss_weight", -1.0),

@@ -20,7 +20,7 @@ TRAIN_FLAGS = (
     "num_sampled", "hidden_dim", "num_layers", "window_size", "num_predicted", "bptt",
     "pointer_memory", "context_length", "batch_size", "epochs", "steps_per_epoch", "patience",
     "optimizer", "learning_rate", "warmup_steps", "pointer_warmup_steps", "lr_decay", "dropout",
-    "zoneout", "clip_norm", "init_scale", "initial_gate",
+    "zoneout", "clip_norm", "init_scale", "initial_gate", "switch_units",
     "pointer_clip_norm", "char_cnn_clip_norm", "pointer_loss_weight", "[no]calibrate_gate",
     "seed", "jit_compile", "native",
     "mixed_precision",

@@ -6,7 +6,7 @@ import sys
 from absl import flags
 
 from psmm_tf import cli
-from psmm_tf.trainers.config_flags import CHECKS, CONFIG_FLAGS, OVERRIDE_FLAG
+from psmm_tf.trainers.config_flags import CHECKS, OVERRIDE_FLAG, all_flags
 
 # Flags a --char_output_on run takes, and the `CharOutputConfig` field each sets.
 CHAR_OUTPUT_FLAGS = {"epochs": "epochs", "learning_rate": "learning_rate", "seed": "seed",
@@ -64,7 +64,7 @@ def char_output_config(flag_values):
     from psmm_tf.training.char_output_training import CharOutputConfig
 
     f = flag_values
-    given = [f"--{spec.name}" for spec in CONFIG_FLAGS
+    given = [f"--{spec.name}" for spec in all_flags()
              if f[spec.name].present and spec.name not in CHAR_OUTPUT_FLAGS]
     given += [f"--{name}" for name in ("preset", "compare_baseline", "input_output_gate_on",
                                        "gate_embedding_dim", "gate_dropout", OVERRIDE_FLAG)

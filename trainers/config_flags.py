@@ -1,9 +1,11 @@
 """The config fields psmm-train sets from flags: one table, defined and applied generically.
 
 Each `ConfigFlag` names a flag, the `ExperimentConfig` field(s) it sets and a check; the flag's
-type and choices come from the field itself. A flag left out keeps the preset's value, which
-`preset_notes` prints in --help. Fields without a flag of their own are reached with
-`--override=section.field=value` (repeatable), parsed by the field's type.
+type and choices come from the field itself. Each hyperparameter a registered model class
+declares (`psmm_tf.configs.Hyperparameter`) is a flag too, made from its declaration
+(`all_flags`). A flag left out keeps the preset's value, which `preset_notes` prints in --help.
+Fields without a flag of their own are reached with `--override=section.field=value`
+(repeatable), parsed by the field's type.
 """
 
 import dataclasses
@@ -27,6 +29,9 @@ class ConfigFlag:
     check: str = ""
     # Flag value -> field value, for flags whose 0 means the field's None.
     zero_is_none: bool = False
+    # A model hyperparameter's flag: its declaration, and the model kinds that declare it.
+    hyperparameter: configs.Hyperparameter | None = None
+    kinds: tuple = ()
 
 
 # name -> (predicate on a given value, message of absl's "flag --name=value: <message>").
@@ -38,7 +43,6 @@ CHECKS = {
     "probability": (lambda v: 0 <= v < 1, "must be a probability in [0, 1)."),
     "decay": (lambda v: 0 < v <= 1, "must be in (0, 1]."),
     "seed": (lambda v: 0 <= v < 2**32, "must be an integer in [0, 2**32) (NumPy's seed range)."),
-    "gate": (lambda v: 0 <= v < 1, "must be in [0, 1) (0: the paper's initialisation)."),
 }
 
 _F = ConfigFlag
@@ -82,8 +86,6 @@ CONFIG_FLAGS = (
     _F("init_scale", ("model.init_scale",), "Every weight of the LSTM and its softmax uniform "
        "in [-s, s], biases 0 (Zaremba et al. 2014); 0: Keras' initialisers (Glorot, "
        "orthogonal, forget-gate bias 1).", "finite_non_negative", True),
-    _F("initial_gate", ("model.initial_gate",), "The gate PSMM's sentinel starts near, in "
-       "(0, 1); 0: the paper's initialisation (gate near 1 / (L + 1)).", "gate", True),
     _F("num_predicted", ("train.num_predicted",),
        "T: predicted positions per training window (the BPTT length).", "positive"),
     _F("pointer_memory", ("train.pointer_memory",), "recompute: windows of C + T tokens with "
@@ -143,7 +145,6 @@ CONFIG_FLAGS = (
        "a trained run folder (its model.keras) or a .keras file; the model flags (preset) must "
        "describe that model."),
 )
-BY_NAME = {flag.name: flag for flag in CONFIG_FLAGS}
 OVERRIDE_FLAG = "override"
 # What a preset's None means, where the flag's help does not say it.
 _UNSET = {"tfds_data_dir": "unset (TFDS's default)",
@@ -152,7 +153,7 @@ _UNSET = {"tfds_data_dir": "unset (TFDS's default)",
 # Fields whose values are fixed sets (the flag is an enum of them).
 _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS,
             "data.valid_split": configs.SPLITS, "data.test_split": configs.SPLITS,
-            "model.kind": registry.model_kinds(), "model.softmax": configs.SOFTMAX_KINDS,
+            "model.softmax": configs.SOFTMAX_KINDS,
             "model.input_embedding": configs.INPUT_EMBEDDINGS,
             "train.pointer_memory": configs.POINTER_MEMORY_MODES,
             "train.optimizer": configs.OPTIMIZERS, "train.jit_compile": configs.JIT_COMPILE_MODES,
@@ -162,6 +163,48 @@ _CHOICES = {"data.dataset": configs.DATASETS, "data.train_split": configs.SPLITS
 
 _SECTIONS = {"model": configs.ModelConfig, "train": configs.TrainConfig,
              "data": configs.DataConfig}
+
+
+def hyperparameter_flags():
+    """A `ConfigFlag` for each hyperparameter the registered model kinds declare (one flag per
+    name: kinds that declare the same name share it)."""
+    found = {}
+    for kind in registry.model_kinds():
+        for hyperparameter in configs.declared_hyperparameters(kind):
+            name = hyperparameter.name
+            if any(spec.name == name for spec in CONFIG_FLAGS):
+                raise ValueError(f"model kind {kind!r} declares hyperparameter {name!r}, the "
+                                 f"name of a psmm-train flag; rename it.")
+            kinds = found[name].kinds + (kind,) if name in found else (kind,)
+            first = found[name].hyperparameter if name in found else hyperparameter
+            found[name] = ConfigFlag(name, (f"model.{name}",), f"{first.help} (--model="
+                                     f"{'|'.join(kinds)})", zero_is_none=first.zero_is_none,
+                                     hyperparameter=first, kinds=kinds)
+    return tuple(found.values())
+
+
+def all_flags():
+    """`CONFIG_FLAGS` and the registered models' `hyperparameter_flags`."""
+    return CONFIG_FLAGS + hyperparameter_flags()
+
+
+def _validator(spec):
+    """(predicate on a given value, absl's message) of flag `spec`, or None: no check."""
+    hyperparameter = spec.hyperparameter
+    if hyperparameter is None:
+        return CHECKS[spec.check] if spec.check else None
+    none = " or 0 (None)" if hyperparameter.zero_is_none else ""
+
+    def accepts(value):
+        if hyperparameter.zero_is_none and value == 0:
+            return True
+        try:
+            hyperparameter.check(value)
+        except ValueError:
+            return False
+        return True
+
+    return accepts, f"must be {hyperparameter.expected}{none}."
 
 
 def configure_native(environ=os.environ):
@@ -179,24 +222,30 @@ def _field_hint(path):
 
 
 def field_type(path):
-    """The Python type of config field `path` ("train.batch_size" -> int), None removed."""
+    """The Python type of config field `path` ("train.batch_size" -> int), None removed; a
+    model hyperparameter's declared type."""
+    owner = next((spec for spec in hyperparameter_flags() if spec.fields[0] == path), None)
+    if owner is not None:
+        return owner.hyperparameter.type
     hint = _field_hint(path)
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
 
 
-def field_value(config, path):
+def field_value(config, path, default=None):
+    """The value of field `path` in `config`; `default` for a hyperparameter its kind lacks."""
     section, name = path.split(".")
-    return getattr(getattr(config, section), name)
+    return getattr(getattr(config, section), name, default)
 
 
 def define_config_flags(flag_values, module_name):
-    """Defines every `CONFIG_FLAGS` flag (default None: the preset's) and --override."""
+    """Defines every flag of `all_flags()` (default None: the preset's) and --override."""
     common = dict(flag_values=flag_values, module_name=module_name)
-    for spec in CONFIG_FLAGS:
+    choices = {**_CHOICES, "model.kind": registry.model_kinds()}
+    for spec in all_flags():
         path, kind = spec.fields[0], field_type(spec.fields[0])
-        if path in _CHOICES:
-            flags.DEFINE_enum(spec.name, None, list(_CHOICES[path]), spec.help, **common)
+        if path in choices:
+            flags.DEFINE_enum(spec.name, None, list(choices[path]), spec.help, **common)
         elif kind is int:
             flags.DEFINE_integer(spec.name, None, spec.help, **common)
         elif kind is float:
@@ -205,14 +254,14 @@ def define_config_flags(flag_values, module_name):
             flags.DEFINE_boolean(spec.name, None, spec.help, **common)
         else:
             flags.DEFINE_string(spec.name, None, spec.help, **common)
-        if spec.check:
-            predicate, message = CHECKS[spec.check]
+        if _validator(spec):
+            predicate, message = _validator(spec)
             flags.register_validator(spec.name, lambda v, p=predicate: v is None or p(v),
                                      message=message, flag_values=flag_values)
     flags.DEFINE_alias("bptt", "num_predicted", **common)
     flags.DEFINE_multi_string(
         OVERRIDE_FLAG, [], "section.field=value: sets any field of the config (e.g. "
-        "train.keep_checkpoints=5, model.switch_units=128), parsed by the field's type "
+        "train.keep_checkpoints=5, model.gate_dropout=0.3), parsed by the field's type "
         "(none for an optional field's None); a field with a flag of its own takes the flag.",
         **common)
 
@@ -221,14 +270,14 @@ def parse_override(text):
     """("section", "field", value) of an --override `section.field=value`; ValueError if bad."""
     path, sep, raw = text.partition("=")
     section, _, name = path.strip().partition(".")
-    if not sep or section not in _SECTIONS or name not in {
+    owner = next((f.name for f in all_flags() if path.strip() in f.fields), None)
+    if sep and owner:
+        raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
+                         f"--{owner}.")
+    if not sep or section not in _SECTIONS or name == "hyperparameters" or name not in {
             f.name for f in dataclasses.fields(_SECTIONS[section])}:
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: expected section.field=value with a field "
                          f"of model, train or data (e.g. train.keep_checkpoints=5).")
-    owner = next((f.name for f in CONFIG_FLAGS if path.strip() in f.fields), None)
-    if owner:
-        raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
-                         f"--{owner}.")
     kind, raw = field_type(path.strip()), raw.strip()
     try:
         if raw.lower() == "none" and type(None) in typing.get_args(_field_hint(path.strip())):
@@ -246,7 +295,7 @@ def parse_override(text):
 def config_overrides(flag_values):
     """{"model": {...}, "train": {...}, "data": {...}}: the fields the given flags set."""
     sections = {"model": {}, "train": {}, "data": {}}
-    for spec in CONFIG_FLAGS:
+    for spec in all_flags():
         value = flag_values[spec.name].value
         if value is None:
             continue
@@ -267,8 +316,9 @@ def preset_notes(preset_name):
     """{flag name: "default from --preset=NAME: VALUE"} for --help."""
     config = configs.get_preset(preset_name)
     notes = {}
-    for spec in CONFIG_FLAGS:
-        values = [field_value(config, path) for path in spec.fields]
+    for spec in all_flags():
+        default = spec.hyperparameter.default if spec.hyperparameter else None
+        values = [field_value(config, path, default) for path in spec.fields]
         if spec.name == "dropout" and len(set(values)) > 1:
             value = "{}/{}/{} (input/hidden/output)".format(*values)
         elif spec.zero_is_none and values[0] is None:
@@ -316,6 +366,10 @@ def check_combination(config, flag_values):
     elif f["synthetic_train_tokens"].present:
         raise ValueError(f"--synthetic_train_tokens is only used with --dataset=synthetic, "
                          f"not --dataset={data.dataset}.")
+    for spec in hyperparameter_flags():
+        if f[spec.name].present and config.model.kind not in spec.kinds:
+            raise ValueError(f"--{spec.name} is a setting of --model={'|'.join(spec.kinds)}, "
+                             f"not of --model={config.model.kind}.")
     train = config.train
     if (train.pointer_memory == "recompute" and train.context_length is not None
             and train.context_length >= config.model.window_size):
@@ -351,7 +405,7 @@ def gate_base_config(flag_values, overrides):
     from psmm_tf.training import gate_training
 
     f = flag_values
-    given = [f"--{spec.name}" for spec in CONFIG_FLAGS
+    given = [f"--{spec.name}" for spec in all_flags()
              if spec.fields[0].split(".")[0] in ("model", "data") and spec.name != "data_dir"
              and f[spec.name].present]
     given += [f"--{name}" for name in ("preset", "compare_baseline") if f[name].present]

@@ -338,6 +338,8 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
             (tiny_config().replace(model={"kind": "lstm"}), r"model.kind: 'psmm' -> 'lstm'"),
             (tiny_config().replace(model={"kind": "pointer_softmax"}),
              r"model.kind: 'psmm' -> 'pointer_softmax'"),
+            (tiny_config().replace(model={"initial_gate": 0.3}),
+             r"another config \(model.initial_gate: None -> 0.3\)"),
             (small, r"holds a run with another config \(.*model.hidden_dim: 16 -> 200"),
         ]:
             with self.subTest(message=message):

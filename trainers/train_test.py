@@ -76,10 +76,10 @@ class FlagsToConfigTest(tf.test.TestCase):
     def test_override_sets_fields_without_a_flag_by_their_type(self):
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--override=train.keep_checkpoints=7",
-                            "--override=model.switch_units=32", "--override=train.eval_length=50",
-                            "--override=model.base_model=none")
-        self.assertEqual((config.train.keep_checkpoints, config.model.switch_units,
-                          config.train.eval_length), (7, 32, 50))
+                            "--override=model.max_word_length=12",
+                            "--override=train.eval_length=50", "--override=model.base_model=none")
+        self.assertEqual((config.train.keep_checkpoints, config.model.max_word_length,
+                          config.train.eval_length), (7, 12, 50))
         self.assertIsInstance(config.train.keep_checkpoints, int)
         self.assertIsNone(config.model.base_model)
         with flagsaver.flagsaver():
@@ -104,6 +104,8 @@ class FlagsToConfigTest(tf.test.TestCase):
             ("train.keep_checkpoints=many", r"'many' is not an integer"),
             ("train.batch_size=8", r"train.batch_size has its own flag, --batch_size"),
             ("model.input_dropout=0.2", r"has its own flag, --dropout"),
+            ("model.switch_units=32", r"model.switch_units has its own flag, --switch_units"),
+            ("model.hyperparameters=1", r"expected section.field=value"),
             ("train.keep_checkpoints=0", r"keep_checkpoints must be an integer >= 1, got 0"),
             ("train.eval_length=none", r"'none' is not an integer"),  # not optional
         ]
@@ -124,6 +126,7 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertEqual(notes["pointer_clip_norm"], "default from --preset=medium: "
                                                      f"{medium.train.pointer_clip_norm}")
         self.assertEqual(notes["initial_gate"], "default from --preset=medium: 0")
+        self.assertEqual(notes["switch_units"], "default from --preset=medium: 64")
         self.assertEqual(notes["init_scale"], "default from --preset=medium: 0.05")
         self.assertEqual(notes["pointer_warmup_steps"], "default from --preset=medium: 100")
         self.assertEqual(config_flags.preset_notes("tiny")["init_scale"],
@@ -131,7 +134,18 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertEqual(notes["context_length"],
                          "default from --preset=medium: unset (window_size - 1)")
         # Every config flag has a note, and only those.
-        self.assertEqual(set(notes), {spec.name for spec in config_flags.CONFIG_FLAGS})
+        self.assertEqual(set(notes), {spec.name for spec in config_flags.all_flags()})
+
+    def test_model_hyperparameters_have_flags_for_their_kinds(self):
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--model=pointer_softmax", "--switch_units=8")
+        self.assertEqual((config.model.switch_units, config.model.hyperparameters),
+                         (8, {"switch_units": 8}))
+        with flagsaver.flagsaver():
+            config = _parse("--workdir=/tmp/w", "--initial_gate=0.25")
+        self.assertEqual(config.model.hyperparameters, {"initial_gate": 0.25})
+        with flagsaver.flagsaver():
+            self.assertIsNone(_parse("--workdir=/tmp/w", "--initial_gate=0").model.initial_gate)
 
     def test_adam_without_learning_rate_gets_adams_default(self):
         with flagsaver.flagsaver():
@@ -158,6 +172,11 @@ class FlagsToConfigTest(tf.test.TestCase):
             (["--init_scale=-0.05"], bad_value,
              r"--init_scale=-0.05: must be a finite number >= 0"),
             (["--init_scale=inf"], bad_value, r"--init_scale=inf: must be a finite number >= 0"),
+            (["--initial_gate=1.5"], bad_value,
+             r"--initial_gate=1.5: must be in \(0, 1\) or 0 \(None\)"),
+            (["--switch_units=0"], bad_value, r"--switch_units=0: must be an integer >= 1"),
+            (["--switch_units=8"], app.UsageError,
+             r"--switch_units is a setting of --model=pointer_softmax, not of --model=psmm"),
             (["--dataset=ptb"], app.UsageError, r"--data_dir is required for --dataset=ptb"),
             (["--window_size=4", "--pointer_memory=recompute", "--context_length=4"],
              app.UsageError, r"--context_length=4 must be < --window_size=4"),

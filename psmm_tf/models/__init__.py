@@ -16,7 +16,12 @@ from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
 from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
 from psmm_tf.models.preprocessor import LanguageModelPreprocessor
-from psmm_tf.models.registry import model_class, model_kinds, register_model
+from psmm_tf.models.registry import (
+    model_class,
+    model_kinds,
+    register_model,
+    unregister_model,
+)
 from psmm_tf.models.tokenizer import WordTokenizer
 
 # A new task is a module `<name>_lm.py` here whose class is `@register_model`ed: imported now.
@@ -49,7 +54,6 @@ def build_model(model_config, preprocessor=None, dtype=None):
     if model_config.base_model is not None:
         return _gated_base_model(model_config)
     cls = model_class(model_config.kind)
-    extra = {name: getattr(model_config, name) for name in cls.config_arguments}
     backbone = LSTMBackbone(
         vocab_size=model_config.vocab_size,
         embedding_dim=model_config.embedding_dim,
@@ -76,7 +80,7 @@ def build_model(model_config, preprocessor=None, dtype=None):
         preprocessor=preprocessor,
         compile=False,
         name=f"{model_config.kind}_language_model",
-        **extra,
+        **model_config.hyperparameter_values(),  # the kind's own settings
     )
 
 
@@ -140,5 +144,6 @@ __all__ = [
     "model_config_differences",
     "model_kinds",
     "register_model",
+    "unregister_model",
     "validate_inputs",
 ]

@@ -296,7 +296,7 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
 
     # The registry's declarations (psmm_tf/models/registry.py), set by each registered task.
     kind = None
-    config_arguments = ()
+    hyperparameters = ()
     compared_arguments = ()
     # Whether the task mixes its softmax with a pointer (given as `pointer`).
     has_pointer = False

@@ -217,14 +217,16 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
 
     def test_initial_gate_reaches_the_pointer_and_survives_get_config(self):
         model = build_model(configs.ModelConfig(vocab_size=VOCAB, embedding_dim=6, hidden_dim=8,
-                                                window_size=5, initial_gate=0.9, seed=1))
+                                                window_size=5, seed=1,
+                                                hyperparameters={"initial_gate": 0.9}))
         self.assertEqual(model.pointer.initial_gate, 0.9)
         clone = PointerSentinelLM.from_config(model.get_config())
         self.assertEqual(clone.pointer.initial_gate, 0.9)
         self.assertAllClose(ops.convert_to_numpy(clone.pointer.query_bias), np.full(8, 0.5))
-        # The pointer softmax has no sentinel: the field does not reach it.
+        # The pointer softmax has no sentinel: psmm's hyperparameter does not reach it.
         other = build_model(configs.ModelConfig(kind="pointer_softmax", vocab_size=VOCAB,
-                                                embedding_dim=6, hidden_dim=8, initial_gate=0.9))
+                                                embedding_dim=6, hidden_dim=8,
+                                                hyperparameters={"initial_gate": 0.9}))
         self.assertNotIn("initial_gate", other.get_config())
 
     def test_medium_parameter_count_is_the_papers_arithmetic(self):

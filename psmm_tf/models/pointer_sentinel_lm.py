@@ -2,6 +2,7 @@
 
 import keras
 
+from psmm_tf.configs import Hyperparameter
 from psmm_tf.layers import PointerSentinel
 from psmm_tf.layers.pointer_sentinel import check_gate_calibration
 from psmm_tf.models.language_model import LanguageModel
@@ -51,7 +52,10 @@ class PointerSentinelLM(LanguageModel):
 
     kind = "psmm"
     has_pointer = True
-    config_arguments = ("initial_gate",)
+    hyperparameters = (Hyperparameter(
+        "initial_gate", float, None, "The gate PSMM's sentinel starts near, in (0, 1); 0: the "
+        "paper's initialisation (gate near 1 / (L + 1)).", accepts=lambda g: 0.0 < g < 1.0,
+        expected="in (0, 1)", optional=True, zero_is_none=True),)
 
     @classmethod
     def head_parameter_count(cls, model_config):

@@ -2,6 +2,7 @@
 
 import keras
 
+from psmm_tf.configs import Hyperparameter
 from psmm_tf.layers import PointerSoftmax
 from psmm_tf.models.language_model import LanguageModel
 from psmm_tf.models.parameters import pointer_parameter_count
@@ -36,7 +37,9 @@ class PointerSoftmaxLM(LanguageModel):
 
     kind = "pointer_softmax"
     has_pointer = True
-    config_arguments = ("switch_units",)
+    hyperparameters = (Hyperparameter(
+        "switch_units", int, 64, "Hidden units of the pointer softmax's switch MLP.",
+        accepts=lambda units: units >= 1, expected="an integer >= 1"),)
     compared_arguments = ("switch_units",)
 
     @classmethod

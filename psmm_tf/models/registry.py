@@ -1,29 +1,36 @@
 """The model kinds: which task class a `ModelConfig.kind` builds.
 
 A task class registers itself with `register_model` and declares, as class attributes:
-`kind` (the `ModelConfig.kind` that builds it), `config_arguments` (the `ModelConfig` fields
-its constructor takes beyond the ones every task takes), `compared_arguments` (those of them a
-loaded model must match, read back as attributes) and `head_parameter_count(model_config)` (the
-trainable weights it adds to the LSTM language model). `build_model`, the parameter counts,
-`ModelConfig`'s checks and the trainers' flags read this registry, so adding a model is one new
-module `psmm_tf/models/<name>_lm.py` (`psmm_tf.models` imports every such module) and its test.
+`kind` (the `ModelConfig.kind` that builds it), `hyperparameters` (its own settings:
+`psmm_tf.configs.Hyperparameter`s with their defaults and checks, which its constructor takes
+beyond the ones every task takes), `compared_arguments` (those of them a loaded model must
+match, read back as attributes) and `head_parameter_count(model_config)` (the trainable weights
+it adds to the LSTM language model). `build_model`, the parameter counts, `ModelConfig` (which
+reads its kind's hyperparameters as attributes and writes them in config.json) and the
+trainers' flags (a `--<name>` flag for each hyperparameter) read this registry, so adding a
+model, its settings included, is one new module `psmm_tf/models/<name>_lm.py`
+(`psmm_tf.models` imports every such module) and its test.
 
 Example:
 ```python
 import keras
+from psmm_tf.configs import Hyperparameter
 from psmm_tf.models import LanguageModel, register_model
 
 @register_model
 @keras.saving.register_keras_serializable(package="psmm_tf")
 class MyLM(LanguageModel):
     kind = "my_lm"
-    config_arguments = ("switch_units",)   # ModelConfig.switch_units reaches __init__
+    hyperparameters = (Hyperparameter("my_units", int, 64, "Units of my head.",
+                                      accepts=lambda n: n >= 1, expected="an integer >= 1"),)
 
-    def __init__(self, backbone, switch_units=64, **kwargs):
-        self.switch_units = switch_units
+    def __init__(self, backbone, my_units=64, **kwargs):   # from ModelConfig.my_units
+        self.my_units = my_units
         super().__init__(backbone, **kwargs)
 ```
 """
+
+from psmm_tf import configs
 
 # The model every comparison and report measures a pointer against.
 BASELINE_KIND = "lstm"
@@ -40,8 +47,15 @@ def register_model(cls):
     if registered is not None and registered.__qualname__ != cls.__qualname__:
         raise ValueError(f"Model kind {kind!r} is taken by {registered.__name__}; "
                          f"{cls.__name__} needs another.")
+    configs.declare_hyperparameters(kind, tuple(getattr(cls, "hyperparameters", ())))
     _CLASSES[kind] = cls
     return cls
+
+
+def unregister_model(kind):
+    """Forgets model kind `kind` and its hyperparameters (a model registered for a while)."""
+    _CLASSES.pop(kind, None)
+    configs.forget_hyperparameters(kind)
 
 
 def model_kinds():

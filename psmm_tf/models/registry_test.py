@@ -21,21 +21,23 @@ from psmm_tf.models.parameters import pointer_parameter_count
 
 
 class _TwoGatesLM(LanguageModel):
-    """A task defined only here: the sentinel pointer, with its own kind and an argument."""
+    """A task defined only here: the sentinel pointer, with its own kind and hyperparameter."""
 
     kind = "registry_test_lm"
     has_pointer = True
-    config_arguments = ("initial_gate",)
-    compared_arguments = ("initial_gate",)
+    hyperparameters = (configs.Hyperparameter(
+        "start_gate", float, 0.5, "The gate the sentinel starts near.",
+        accepts=lambda g: 0 < g < 1, expected="in (0, 1)"),)
+    compared_arguments = ("start_gate",)
 
     @classmethod
     def head_parameter_count(cls, model_config):
         return pointer_parameter_count(model_config.hidden_dim)
 
-    def __init__(self, backbone, window_size=100, initial_gate=None, **kwargs):
-        self.initial_gate = initial_gate
+    def __init__(self, backbone, window_size=100, start_gate=0.5, **kwargs):
+        self.start_gate = start_gate
         super().__init__(backbone, window_size=window_size,
-                         pointer=PointerSentinel(window_size, initial_gate=initial_gate,
+                         pointer=PointerSentinel(window_size, initial_gate=start_gate,
                                                  name="pointer"), **kwargs)
 
 
@@ -55,19 +57,22 @@ class RegistryTest(testing.TestCase):
     def test_a_new_task_registers_in_its_own_module(self):
         register_model(_TwoGatesLM)
         try:
-            config = dataclasses.replace(configs.get_preset("tiny").model,
-                                         kind="registry_test_lm", vocab_size=30, initial_gate=0.3)
+            tiny = configs.get_preset("tiny")
+            config = tiny.replace(model={"kind": "registry_test_lm", "vocab_size": 30,
+                                         "start_gate": 0.3}).model
+            self.assertEqual(config.start_gate, 0.3)
             model = build_model(config)
             self.assertIsInstance(model, _TwoGatesLM)
-            self.assertEqual(model.initial_gate, 0.3)  # a config argument reaches the class
+            self.assertEqual(model.start_gate, 0.3)  # its hyperparameter reaches the class
+            self.assertEqual(model.pointer.initial_gate, 0.3)
             self.assertEqual(model.count_params(), expected_parameter_count(config))
             outputs = model(np.zeros((2, 9), "int32"), memory=model.empty_memory(2))
             self.assertIn("gate", outputs)
-            other = dataclasses.replace(config, initial_gate=0.5)
+            other = dataclasses.replace(config, hyperparameters={})  # the default, 0.5
             self.assertEqual(model_config_differences(model, other),
-                             ["initial_gate: config 0.5, model 0.3"])
+                             ["start_gate: config 0.5, model 0.3"])
         finally:
-            registry._CLASSES.pop("registry_test_lm")
+            registry.unregister_model("registry_test_lm")
         with self.assertRaisesRegex(ValueError, "kind must be one of .*'pointer_softmax'\\), "
                                                 "got 'registry_test_lm'"):
             build_model(config)

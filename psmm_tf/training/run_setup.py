@@ -6,8 +6,8 @@ blocks the corrected command. `workdir_lock` keeps a second run out of a workdir
 """
 
 import contextlib
-import dataclasses
 import fcntl
+import json
 import os
 from pathlib import Path
 
@@ -49,10 +49,12 @@ def resolve_jit_compile(mode):
 
 
 def config_differences(old, new):
-    """Dotted names of the fields where two `ExperimentConfig`s differ."""
-    old_dict, new_dict = dataclasses.asdict(old), dataclasses.asdict(new)
-    return sorted(f"{part}.{name}" for part in old_dict for name in old_dict[part]
-                  if old_dict[part][name] != new_dict[part].get(name))
+    """Dotted names of the fields where two `ExperimentConfig`s differ (as config.json holds
+    them: a model hyperparameter by its own name)."""
+    old_dict, new_dict = json.loads(old.to_json()), json.loads(new.to_json())
+    return sorted(f"{part}.{name}" for part in old_dict
+                  for name in {*old_dict[part], *new_dict[part]}
+                  if old_dict[part].get(name) != new_dict[part].get(name))
 
 
 def prepare_workdir(config, workdir, strategy, restart=False):
@@ -438,4 +440,4 @@ def _base_vocabulary(config):
 
 def _field(config, dotted):
     part, name = dotted.split(".")
-    return getattr(getattr(config, part), name)
+    return getattr(getattr(config, part), name, None)  # None: a hyperparameter of another kind
