@@ -10,7 +10,6 @@ the versions renamed into place at the end; `describe_signatures` lists what was
 The binary is `psmm_tf.export.export_saved_model` (psmm-export).
 """
 
-import dataclasses
 import errno
 import json
 import os
@@ -89,16 +88,17 @@ def _check_config_matches_run(config_json, checkpoint):
     run_config = os.path.join(os.path.dirname(os.path.abspath(folder)), run_files.CONFIG_FILE)
     if not os.path.isfile(run_config):
         return
-    try:
-        run_model = ExperimentConfig.from_json(_read_config(run_config)).model
+    try:  # as config.json holds them: a model hyperparameter by its own name
+        run_model = json.loads(ExperimentConfig.from_json(_read_config(run_config)).to_json())
     except ValueError:
         return
-    given = ExperimentConfig.from_json(config_json).model
-    fields = [f.name for f in dataclasses.fields(given) if f.name != "seed"
-              and getattr(given, f.name) != getattr(run_model, f.name)]
+    run_model, given = run_model["model"], json.loads(
+        ExperimentConfig.from_json(config_json).to_json())["model"]
+    fields = [name for name in {*given, *run_model}
+              if name != "seed" and given.get(name) != run_model.get(name)]
     if fields:
-        details = ", ".join(f"model.{name}: {getattr(run_model, name)!r} in the run, "
-                            f"{getattr(given, name)!r} in --config" for name in sorted(fields))
+        details = ", ".join(f"model.{name}: {run_model.get(name)!r} in the run, "
+                            f"{given.get(name)!r} in --config" for name in sorted(fields))
         raise ValueError(f"--config does not describe the model of the checkpoint's run "
                          f"{run_config} ({details}); give that run's config.json.")
 
