@@ -346,6 +346,13 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
                 with self.assertRaisesRegex(run_setup.RunRefusedError, message):
                     train_lib.run(config, workdir, verbose=0)
                 self.assertEqual(snapshot(workdir), before)
+        # A config.json listing every kind's settings (psmm_tf wrote them all before they were
+        # the kinds' own) resumes with the same config.
+        fields = json.loads((workdir / "config.json").read_text())
+        fields["model"]["switch_units"] = 64
+        (workdir / "config.json").write_text(json.dumps(fields))
+        resumed, _ = run_setup.prepare_workdir(tiny_config(), workdir, tf.distribute.get_strategy())
+        self.assertEqual((resumed.model.initial_gate, resumed.model.hyperparameters), (None, {}))
         (workdir / "config.json").write_text('{"model": ')
         before = snapshot(workdir)
         with self.assertRaisesRegex(run_setup.RunRefusedError,
