@@ -56,15 +56,15 @@ class DocstringExamplesTest(parameterized.TestCase):
             self.skipTest(code.splitlines()[0])
         if "tensorflow" in code and keras.backend.backend() != "tensorflow":
             self.skipTest("a TensorFlow example")
-        cwd, registered = os.getcwd(), dict(registry._CLASSES)
+        cwd, registered = os.getcwd(), registry.model_kinds()
         with tempfile.TemporaryDirectory() as folder:
             os.chdir(folder)
             try:
                 exec(compile(code, "<docstring example>", "exec"), {"__name__": "example"})
             finally:
                 os.chdir(cwd)
-                registry._CLASSES.clear()
-                registry._CLASSES.update(registered)  # an example may register a model
+                for kind in set(registry.model_kinds()) - set(registered):
+                    registry.unregister_model(kind)  # an example may register a model
 
 
 if __name__ == "__main__":
