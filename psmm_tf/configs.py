@@ -4,7 +4,8 @@
 names four (`tiny` for tests, `small` for CPU runs, `medium` the paper's PTB model, `large`).
 The presets' training regime and the paper's exact one are argued in docs/design_notes.md
 ("Objective: sum over a window's targets ..." and after). Trainers map flags onto these
-fields; the library itself never reads flags.
+fields; the library itself never reads flags. A model kind's own settings are declared by its
+class (`Hyperparameter`s, psmm_tf/models/registry.py) and carried in `ModelConfig.hyperparameters`.
 
 Example:
 ```python
