@@ -453,7 +453,8 @@ class ExperimentConfig:
         model = dict(model or {})
         given = {name: model.pop(name) for name in list(model) if name not in _MODEL_FIELDS}
         if given:
-            model["hyperparameters"] = {**self.model.hyperparameters, **given}
+            model["hyperparameters"] = {
+                **model.get("hyperparameters", self.model.hyperparameters), **given}
         return ExperimentConfig(
             model=dataclasses.replace(self.model, **model),
             train=dataclasses.replace(self.train, **(train or {})),
