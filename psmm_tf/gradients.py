@@ -17,18 +17,14 @@ class WindowStepSettings:
     `psmm_tf.jax_train_step.JaxTrainStep` (JAX).
 
     Args:
-        model: a `LanguageModel`.
-        global_batch_size: int. Rows B of the global batch: the loss is the sum over the
-            window's targets / B.
-        context_length: int. C: 0 for "cache", window_size - 1 for "recompute".
-        use_memory: bool. Carry the pointer memory ("cache" mode).
-        clip_norm: float. Global gradient norm limit (paper: 1); with `pointer_clip_norm`, the
-            limit of every variable but the pointer's.
-        pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
+        model: a `LanguageModel`. global_batch_size: int, rows B of the global batch (the loss
+            is the sum over a window's targets / B). context_length: int, C (0 for "cache",
+            window_size - 1 for "recompute"). use_memory: bool, carry the pointer memory.
+        clip_norm: float. Global gradient norm limit (paper: 1) of the variables outside the
+            groups below. pointer_clip_norm, char_cnn_clip_norm: optional floats, own limits of
+            the pointer's and of a character-CNN input embedding's variables.
         pointer_weight: float. Weight of eq. 9's pointer term (1: the paper; 0: mixture NLL).
-        char_cnn_clip_norm: optional float. Own global norm limit of a character-CNN input
-            embedding's variables (`input_embedding="chars"`). The defaults of the clip norms
-            and of `pointer_weight` are `TrainConfig`'s (psmm-train's).
+        The defaults are `TrainConfig`'s (psmm-train's).
     """
 
     def __init__(self, model, global_batch_size, context_length, use_memory,
@@ -45,17 +41,20 @@ class WindowStepSettings:
         self.pointer_weight = pointer_weight
         self.clip_groups = clip_groups(model, pointer_clip_norm, char_cnn_clip_norm)
 
+    def zero_carry(self):
+        """Zero LSTM state and (in "cache" mode) an empty pointer memory, for B rows."""
+        rows = self.global_batch_size
+        return (self.model.zero_state(rows),
+                self.model.empty_memory(rows) if self.use_memory else None)
+
     def call_arguments(self, batch, state, memory):
-        """The keyword arguments of the model's training call on `batch` (a dict as from
-        `training_windows`: `token_mask` `(B, C + T)`, `targets` `(B, T)`, optional
-        `token_chars`), after its `token_ids` `(B, C + T)`."""
+        """Keyword arguments of the model's training call on `batch` (`training_windows`')."""
         return dict(token_mask=batch["token_mask"], state=state, memory=memory,
                     context_length=self.context_length, targets=batch["targets"],
                     training=True, token_chars=batch.get("token_chars"))
 
     def window_sums(self, outputs, batch, pointer_share=None):
-        """The batch's sums of the step's metrics (`psmm_tf.losses.window_sums`: `loss`, `nll`,
-        `pointer_loss`, `gate`, `weight`) from the model's `outputs` on `batch`."""
+        """`psmm_tf.losses.window_sums` of the model's `outputs` on `batch`."""
         objective, pointer_part, gate = per_target_losses(
             self.model, outputs, batch["targets"], self.pointer_weight,
             pointer_share=pointer_share)
@@ -63,8 +62,7 @@ class WindowStepSettings:
                            ops.cast(batch["target_weights"], "float32"))
 
     def carried(self, outputs):
-        """`(state, memory)` the model's `outputs` carry into the next window (memory: None
-        without "cache" mode)."""
+        """`(state, memory)` carried into the next window (memory None but in "cache" mode)."""
         return outputs["state"], outputs["memory"] if self.use_memory else None
 
     def clip(self, grads, loss_scale=1.0):

@@ -229,7 +229,7 @@ class CharOutputRunTest(testing.TestCase):
         # A history that lost the checkpoint's epochs is refused, not silently shortened.
         history_file = Path(workdir) / run_files.HISTORY_FILE
         history_file.write_text(json.dumps(later[:1]))
-        with self.assertRaisesRegex(ValueError, "does not hold the 3 epochs"):
+        with self.assertRaisesRegex(ValueError, r"lacks the record of epoch\(s\) \[2, 3\]"):
             char_output_training.run(self._config(epochs=3), workdir, verbose=0)
         history_file.write_text(json.dumps(later))
         before = sorted(p.name for p in Path(self.base).iterdir())

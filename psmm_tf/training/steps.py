@@ -106,10 +106,8 @@ class TrainStep(WindowStepSettings):
     def initial_carry(self):
         """Zero LSTM state and (in "cache" mode) an empty memory, as per-replica values."""
         with self.strategy.scope():
-            state = self.model.zero_state(self.global_batch_size)
-            memory = (self.model.empty_memory(self.global_batch_size) if self.use_memory
-                      else None)
-        return self.distribute(state, memory)
+            carry = self.zero_carry()
+        return self.distribute(*carry)
 
     def distribute(self, state, memory):
         """Global carried values -> per-replica values (each replica its own rows)."""
