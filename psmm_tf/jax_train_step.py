@@ -2,11 +2,10 @@
 
 The TensorFlow trainer (`psmm_tf.training.steps.TrainStep`) runs on `tf.distribute`; this is the
 same step for the Keras JAX backend, so the model trains with XLA on a machine that has JAX but
-no TensorFlow (e.g. a GPU host). Same objective (`psmm_tf.losses.per_target_losses`: summed
-over a window's targets, averaged over the batch's streams), same clipping (the whole model by
-`clip_norm`, the pointer's and a character-CNN input's variables by norms of their own), same
-carried LSTM state and pointer memory. It is a pure function of the variables' values
-(`value_and_grad` over `stateless_call`, `optimizer.stateless_apply`), compiled by `jax.jit`.
+no TensorFlow (e.g. a GPU host): the same settings, model call, objective, clipping and carried
+values (`psmm_tf.gradients.WindowStepSettings`, which both steps build on). It is a pure
+function of the variables' values (`value_and_grad` over `stateless_call`,
+`optimizer.stateless_apply`), compiled by `jax.jit`.
 """
 
 import keras
