@@ -1,11 +1,73 @@
-"""What the TensorFlow and JAX training steps share: the variable groups with norms of their
-own and gradient clipping by group norms (`keras.ops`, any backend; the squared norm has a
-faster TensorFlow form)."""
+"""What the TensorFlow and JAX training steps share: the step's settings, the model's training
+call on a window batch and the objective's sums (`WindowStepSettings`), the variable groups
+with norms of their own and gradient clipping by group norms (`keras.ops`, any backend; the
+squared norm has a faster TensorFlow form)."""
 
 import keras
 from keras import ops
 
+from psmm_tf.configs import TrainConfig
 from psmm_tf.layers.char_cnn import CharacterEmbedding
+from psmm_tf.losses import per_target_losses, window_sums
+
+
+class WindowStepSettings:
+    """The settings and the backend-independent pieces of a training step over window batches,
+    shared by `psmm_tf.training.steps.TrainStep` (TensorFlow) and
+    `psmm_tf.jax_train_step.JaxTrainStep` (JAX).
+
+    Args:
+        model: a `LanguageModel`. global_batch_size: int, rows B of the global batch (the loss
+            is the sum over a window's targets / B). context_length: int, C (0 for "cache",
+            window_size - 1 for "recompute"). use_memory: bool, carry the pointer memory.
+        clip_norm: float. Global gradient norm limit (paper: 1) of the variables outside the
+            groups below. pointer_clip_norm, char_cnn_clip_norm: optional floats, own limits of
+            the pointer's and of a character-CNN input embedding's variables.
+        pointer_weight: float. Weight of eq. 9's pointer term (1: the paper; 0: mixture NLL).
+        The defaults are `TrainConfig`'s (psmm-train's).
+    """
+
+    def __init__(self, model, global_batch_size, context_length, use_memory,
+                 clip_norm=TrainConfig.clip_norm, pointer_clip_norm=TrainConfig.pointer_clip_norm,
+                 pointer_weight=TrainConfig.pointer_loss_weight,
+                 char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm):
+        self.model = model
+        self.global_batch_size = global_batch_size
+        self.context_length = context_length
+        self.use_memory = use_memory
+        self.clip_norm = clip_norm
+        self.pointer_clip_norm = pointer_clip_norm
+        self.char_cnn_clip_norm = char_cnn_clip_norm
+        self.pointer_weight = pointer_weight
+        self.clip_groups = clip_groups(model, pointer_clip_norm, char_cnn_clip_norm)
+
+    def zero_carry(self):
+        """Zero LSTM state and (in "cache" mode) an empty pointer memory, for B rows."""
+        rows = self.global_batch_size
+        return (self.model.zero_state(rows),
+                self.model.empty_memory(rows) if self.use_memory else None)
+
+    def call_arguments(self, batch, state, memory):
+        """Keyword arguments of the model's training call on `batch` (`training_windows`')."""
+        return dict(token_mask=batch["token_mask"], state=state, memory=memory,
+                    context_length=self.context_length, targets=batch["targets"],
+                    training=True, token_chars=batch.get("token_chars"))
+
+    def window_sums(self, outputs, batch, pointer_share=None):
+        """`psmm_tf.losses.window_sums` of the model's `outputs` on `batch`."""
+        objective, pointer_part, gate = per_target_losses(
+            self.model, outputs, batch["targets"], self.pointer_weight,
+            pointer_share=pointer_share)
+        return window_sums(objective, pointer_part, gate,
+                           ops.cast(batch["target_weights"], "float32"))
+
+    def carried(self, outputs):
+        """`(state, memory)` carried into the next window (memory None but in "cache" mode)."""
+        return outputs["state"], outputs["memory"] if self.use_memory else None
+
+    def clip(self, grads, loss_scale=1.0):
+        """`clip_gradients` of `grads` by the step's limits: `(clipped, norm)`."""
+        return clip_gradients(grads, self.clip_norm, self.clip_groups, loss_scale)
 
 
 def _indices_of(model, layer):

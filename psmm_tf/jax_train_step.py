@@ -2,37 +2,27 @@
 
 The TensorFlow trainer (`psmm_tf.training.steps.TrainStep`) runs on `tf.distribute`; this is the
 same step for the Keras JAX backend, so the model trains with XLA on a machine that has JAX but
-no TensorFlow (e.g. a GPU host). Same objective (`psmm_tf.losses.per_target_losses`: summed
-over a window's targets, averaged over the batch's streams), same clipping (the whole model by
-`clip_norm`, the pointer's and a character-CNN input's variables by norms of their own), same
-carried LSTM state and pointer memory. It is a pure function of the variables' values
-(`value_and_grad` over `stateless_call`, `optimizer.stateless_apply`), compiled by `jax.jit`.
+no TensorFlow (e.g. a GPU host): the same settings, model call, objective, clipping and carried
+values (`psmm_tf.gradients.WindowStepSettings`, which both steps build on). It is a pure
+function of the variables' values (`value_and_grad` over `stateless_call`,
+`optimizer.stateless_apply`), compiled by `jax.jit`.
 """
 
 import keras
 from keras import ops
 
 from psmm_tf.configs import TrainConfig
-from psmm_tf.gradients import clip_gradients, clip_groups
-from psmm_tf.losses import per_target_losses, window_sums
+from psmm_tf.gradients import WindowStepSettings
 
 
-class JaxTrainStep:
+class JaxTrainStep(WindowStepSettings):
     """One compiled training step of a `LanguageModel` on the JAX backend.
 
     Args:
         model: a `LanguageModel`.
         optimizer: a Keras optimizer (built here for the model's trainable variables).
-        global_batch_size: int. Rows B of a batch: the loss is the sum over targets / B.
-        context_length: int. C: 0 for "cache", window_size - 1 for "recompute".
-        use_memory: bool. Carry the pointer memory ("cache" mode).
-        clip_norm: float. Global gradient norm limit; with `pointer_clip_norm`, the limit of
-            every variable but the pointer's.
-        pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
-        char_cnn_clip_norm: optional float. Own global norm limit of a character-CNN input
-            embedding's variables. The defaults of the clip norms and of `pointer_weight` are
-            `TrainConfig`'s (psmm-train's).
-        pointer_weight: float. Weight of eq. 9's pointer term.
+        global_batch_size, context_length, use_memory, clip_norm, pointer_clip_norm,
+            pointer_weight, char_cnn_clip_norm: `psmm_tf.gradients.WindowStepSettings`'s.
 
     Call arguments:
         batch: dict of arrays as from `training_windows`: `token_ids`, `token_mask` `(B, C + T)`,
@@ -55,16 +45,9 @@ class JaxTrainStep:
                                f"{keras.backend.backend()!r}.")
         import jax
 
-        self.model = model
+        super().__init__(model, global_batch_size, context_length, use_memory, clip_norm,
+                         pointer_clip_norm, pointer_weight, char_cnn_clip_norm)
         self.optimizer = optimizer
-        self.global_batch_size = global_batch_size
-        self.context_length = context_length
-        self.use_memory = use_memory
-        self.clip_norm = clip_norm
-        self.pointer_clip_norm = pointer_clip_norm
-        self.char_cnn_clip_norm = char_cnn_clip_norm
-        self.pointer_weight = pointer_weight
-        self.clip_groups = clip_groups(model, pointer_clip_norm, char_cnn_clip_norm)
         optimizer.build(model.trainable_variables)
         self._value_and_grad = jax.value_and_grad(self._loss, has_aux=True)
         self._step = jax.jit(self._pure_step)
@@ -105,36 +88,28 @@ class JaxTrainStep:
         return state, memory if self.use_memory else None
 
     def _loss(self, trainable, non_trainable, optimizer_values, batch, state, memory):
-        targets = batch["targets"]
-        weights = ops.cast(batch["target_weights"], "float32")
         outputs, non_trainable = self.model.stateless_call(
-            trainable, non_trainable, batch["token_ids"], token_mask=batch["token_mask"],
-            state=state, memory=memory, context_length=self.context_length, targets=targets,
-            training=True, token_chars=batch.get("token_chars"))
-        objective, pointer_part, gate = per_target_losses(self.model, outputs, targets,
-                                                          self.pointer_weight)
-        sums = window_sums(objective, pointer_part, gate, weights)
+            trainable, non_trainable, batch["token_ids"],
+            **self.call_arguments(batch, state, memory))
+        sums = self.window_sums(outputs, batch)
         # Sum over the window's targets, mean over the batch's streams (as TrainStep), times
         # the dynamic loss scale under mixed_float16 (read from the optimizer's values).
         loss = sums["loss"] / float(self.global_batch_size)
         with keras.StatelessScope(state_mapping=list(zip(self.optimizer.variables,
                                                          optimizer_values, strict=True))):
             loss = self.optimizer.scale_loss(loss)
-        new_memory = outputs["memory"] if self.use_memory else None
-        return loss, (sums, non_trainable, outputs["state"], new_memory)
+        return loss, (sums, non_trainable, *self.carried(outputs))
 
     def _pure_step(self, trainable, non_trainable, optimizer_values, batch, state, memory):
         (_, (sums, non_trainable, state, memory)), grads = self._value_and_grad(
             trainable, non_trainable, optimizer_values, batch, state, memory)
         # Scaled gradients are clipped at the scaled limits (as TrainStep); the optimizer
         # unscales them, and skips the update where they are not finite.
-        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.clip_groups,
-                                          self._loss_scale(optimizer_values))
+        grads, grad_norm = self.clip(grads, self._loss_scale(optimizer_values))
         trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
                                                                      trainable)
         metrics = dict(sums, grad_norm=grad_norm)
         return trainable, non_trainable, optimizer_values, metrics, state, memory
-
 
     def _loss_scale(self, optimizer_values):
         """The dynamic loss scale among `optimizer_values` (a LossScaleOptimizer's), else 1.0."""

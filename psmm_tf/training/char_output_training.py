@@ -38,7 +38,6 @@ results["test"]["open_perplexity"], results["test"]["oov"]["open_perplexity"]
 
 import dataclasses
 import json
-import logging
 import math
 import time
 from pathlib import Path
@@ -52,7 +51,7 @@ from psmm_tf.data import corpus_setup
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
 from psmm_tf.layers.char_lstm_output import trimmed_spellings
 from psmm_tf.models import CharacterOutputLM, read_model_file
-from psmm_tf.training import checkpointing, run_setup
+from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,22 +274,6 @@ def _check_keys(key_ids, data, key_positions, end):
                            f"their positions: the memory and the window are out of step.")
 
 
-def _read_history(workdir, epochs):
-    """The history records of the `epochs` epochs the checkpoint counts as done."""
-    path = workdir / run_files.HISTORY_FILE
-    try:
-        history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    except (ValueError, UnicodeDecodeError) as err:
-        raise run_setup.RunRefusedError(f"{path} cannot be read ({type(err).__name__}: {err}); "
-                                        f"nothing was changed in {workdir}.") from None
-    history = [r for r in history if r.get("epoch", math.inf) <= epochs]
-    if [r["epoch"] for r in history] != list(range(1, epochs + 1)):
-        raise run_setup.RunRefusedError(
-            f"{path} does not hold the {epochs} epochs of the run's checkpoint; the best model "
-            f"cannot be told without them: start the run again in another workdir.")
-    return history
-
-
 def _training_windows(data, batch_size, num_predicted):
     """Batches of B contiguous streams, T inputs each, with the next words' spellings."""
     n = (len(data.ids) - 1) // batch_size
@@ -412,7 +395,8 @@ def make_train_step(model, optimizer, clip_norm):
 
 
 def run(config, workdir, verbose=1):
-    """Trains `config`'s character output layer in `workdir` (resuming a run there).
+    """Trains `config`'s character output layer in `workdir` (resuming a run there), in the
+    training engine of every run (`train_lib.drive`).
 
     Returns:
         dict: `epochs`, `best_epoch`, `valid` and `test` (`evaluate_char_output` of the best
@@ -421,13 +405,128 @@ def run(config, workdir, verbose=1):
     Raises:
         RunLoadError: the base run cannot be loaded.
         run_setup.RunRefusedError: `workdir` holds a run of another config.
+        train_lib.NonFiniteLossError: the loss became NaN or infinite (the last checkpoint is
+            kept).
     """
     workdir = Path(workdir)
-    with run_setup.workdir_lock(workdir):
-        return _run(config, workdir, verbose)
+    return train_lib.drive(lambda: _CharOutputRun(config, workdir, verbose), workdir)
 
 
-def _run(config, workdir, verbose):
+class _CharOutputRun:
+    """A character-output run as `train_lib.drive` runs it: its own data (the frozen model's
+    hidden states in shuffled updates), step, evaluation and schedule (the learning rate
+    halved after an epoch that is not the best so far); one checkpoint per finished epoch."""
+
+    def __init__(self, config, workdir, verbose):
+        self.config, self.workdir = config, workdir
+        config_path = _check_workdir(config, workdir)
+        base_run, self.splits = load_base(config)
+        base_config = base_run.config
+        self.batch_size = config.batch_size or base_config.train.batch_size
+        self.num_predicted = config.num_predicted or base_config.train.num_predicted
+        self.eval_length = base_config.train.eval_length
+        self.same_valid_and_test = base_config.data.test_split == base_config.data.valid_split
+        keras.utils.set_random_seed(config.seed)
+        self.model = build_char_output_model(config, base_run.model)
+        self.optimizer = keras.optimizers.Adam(config.learning_rate)
+        self.optimizer.build(self.model.char_output.trainable_variables)
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # The dropout's random state too: a resumed run draws the masks an unbroken one would.
+        checkpoint = tf.train.Checkpoint(
+            char_output=checkpointing.track_random_states(self.model.char_output),
+            optimizer=self.optimizer, epoch=self.epoch)
+        self.manager = checkpointing.make_manager(checkpoint,
+                                                  workdir / run_files.CHECKPOINT_DIR, 2)
+        try:
+            path = checkpointing.restore_latest(checkpoint, workdir / run_files.CHECKPOINT_DIR)
+        except AssertionError as err:
+            raise run_setup.RunRefusedError(
+                f"The checkpoints of {workdir} hold another model ({err}); nothing was changed "
+                f"there: use another workdir.") from None
+        # The best model cannot be told without the finished epochs' records.
+        self.history = run_setup.finished_history(
+            workdir, int(self.epoch.numpy()), path, first_epoch=1,
+            remedy="train the output layer again in another workdir")
+        if next(_training_windows(self.splits["train"], self.batch_size, self.num_predicted),
+                None) is None:
+            raise run_setup.RunRefusedError(
+                f"The training split of {config.base_workdir} ({len(self.splits['train'].ids)} "
+                f"tokens) holds no window of batch_size x num_predicted = {self.batch_size} x "
+                f"{self.num_predicted} tokens; give a smaller --batch_size or --num_predicted.")
+        run_files.write_text_atomic(config_path, config.to_json())
+        self.train_step = make_train_step(self.model, self.optimizer, config.clip_norm)
+        self.read = make_reader(self.model.base_model)
+        self.reporter = reporting.Reporter(workdir, verbose=verbose)
+        self.start_time = time.time()
+
+    @property
+    def should_stop(self):
+        return int(self.epoch.numpy()) >= self.config.epochs
+
+    def train_epoch(self):
+        """Trains one epoch; returns its training word perplexity."""
+        config = self.config
+        # A resumed run shuffles each epoch as an unbroken one does.
+        rng = np.random.default_rng([config.seed, int(self.epoch.numpy())])
+        losses, words = [], []
+        windows = frozen_windows(self.read, self.model.base_model, self.splits["train"],
+                                 self.batch_size, self.num_predicted)
+        for step, (hidden, target_chars) in enumerate(shuffled_word_batches(
+                windows, config.words_per_update, config.shuffle_words, rng)):
+            if config.steps_per_epoch is not None and step >= config.steps_per_epoch:
+                break
+            loss, _ = self.train_step(hidden, target_chars)
+            losses.append(float(loss))
+            words.append(len(hidden))
+            if not math.isfinite(losses[-1]):
+                raise train_lib.NonFiniteLossError(
+                    f"The character output's loss is {losses[-1]} at step {step}; the last "
+                    f"checkpoint is kept.")
+        return float(np.exp(np.average(losses, weights=words)))
+
+    def end_epoch(self, train_perplexity):
+        """Validates; records the epoch, then saves the best model (or halves the learning
+        rate), then the checkpoint that counts the epoch as done: a run killed in between
+        repeats the epoch, its history cut back to the checkpoint's epochs."""
+        valid = self.evaluate("valid")
+        number = int(self.epoch.numpy()) + 1
+        record = {"epoch": number, "train_word_perplexity": train_perplexity,
+                  "learning_rate": float(self.optimizer.learning_rate.numpy()), "valid": valid}
+        best = min((r["valid"]["open_perplexity"] for r in self.history), default=math.inf)
+        self.history.append(record)
+        self.reporter.end_epoch(record, (
+            f"char output epoch {number}: train word perplexity {train_perplexity:.2f}, valid "
+            f"{valid['open_perplexity']:.2f} (oov {valid['oov']['open_perplexity']:.2f})"))
+        if valid["open_perplexity"] < best:
+            run_files.save_model_atomic(self.model, self.workdir / run_files.MODEL_FILE)
+        else:
+            self.optimizer.learning_rate.assign(self.optimizer.learning_rate * 0.5)
+        self.epoch.assign(number)
+        self.manager.save(checkpoint_number=number)
+
+    def finish(self):
+        """Evaluates the best epoch's model on the test split; writes results.json."""
+        best = min(self.history, key=lambda r: r["valid"]["open_perplexity"])
+        saved = read_model_file(self.workdir / run_files.MODEL_FILE, error=RunLoadError)
+        self.model.char_output.set_weights(saved.char_output.get_weights())
+        results = {"epochs": len(self.history), "best_epoch": best["epoch"],
+                   "valid": best["valid"], "train_seconds": time.time() - self.start_time}
+        if "test" in self.splits and self.same_valid_and_test:
+            results["test"] = best["valid"]  # the same text (e.g. WikiText-2's test file as both)
+        elif "test" in self.splits:
+            results["test"] = self.evaluate("test")
+        run_files.write_json_atomic(self.workdir / run_files.RESULTS_FILE, results)
+        return results
+
+    def evaluate(self, role):
+        """`evaluate_char_output` of the model on split `role` as psmm-evaluate scores it."""
+        return evaluate_char_output(self.model, self.splits[role], self.eval_length,
+                                    self.config.max_eval_tokens)
+
+
+def _check_workdir(config, workdir):
+    """Refuses a workdir holding a training run, or a character-output run of another config
+    (its epochs may grow and its corpus may have moved); returns the config file's path."""
     if (workdir / run_files.CONFIG_FILE).exists():
         raise run_setup.RunRefusedError(
             f"{workdir} holds a training run ({run_files.CONFIG_FILE}); a character-output run "
@@ -440,95 +539,11 @@ def _run(config, workdir, verbose):
             raise run_setup.RunRefusedError(
                 f"{config_path} is not a character-output config ({type(err).__name__}: "
                 f"{err}); nothing was changed in {workdir}.") from None
-        # The epochs may grow and the corpus may have moved; the rest is the run's.
         if dataclasses.replace(stored, epochs=config.epochs, data_dir=config.data_dir) != config:
             raise run_setup.RunRefusedError(
                 f"{workdir} holds a character-output run of another config ({config_path}); "
                 f"resume it with its own settings (epochs may grow) or use another workdir.")
-    run_, splits = load_base(config)
-    base_config = run_.config
-    batch_size = config.batch_size or base_config.train.batch_size
-    num_predicted = config.num_predicted or base_config.train.num_predicted
-    keras.utils.set_random_seed(config.seed)
-    model = build_char_output_model(config, run_.model)
-    optimizer = keras.optimizers.Adam(config.learning_rate)
-    variables = model.char_output.trainable_variables
-    optimizer.build(variables)
-    epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
-    # The dropout's random state too: a resumed run draws the masks an unbroken one would.
-    checkpoint = tf.train.Checkpoint(
-        char_output=checkpointing.track_random_states(model.char_output), optimizer=optimizer,
-        epoch=epoch)
-    manager = checkpointing.make_manager(checkpoint, workdir / run_files.CHECKPOINT_DIR, 2)
-    try:
-        checkpointing.restore_latest(checkpoint, workdir / run_files.CHECKPOINT_DIR)
-    except AssertionError as err:
-        raise run_setup.RunRefusedError(
-            f"The checkpoints of {workdir} hold another model ({err}); nothing was changed "
-            f"there: use another workdir.") from None
-    history = _read_history(workdir, int(epoch.numpy()))
-    run_files.write_text_atomic(config_path, config.to_json())
-    base = model.base_model
-
-    train_step = make_train_step(model, optimizer, config.clip_norm)
-    read = make_reader(base)
-
-    length = base_config.train.eval_length
-    if next(_training_windows(splits["train"], batch_size, num_predicted), None) is None:
-        raise run_setup.RunRefusedError(
-            f"The training split of {config.base_workdir} ({len(splits['train'].ids)} tokens) "
-            f"holds no window of batch_size x num_predicted = {batch_size} x {num_predicted} "
-            f"tokens; give a smaller --batch_size or --num_predicted.")
-    start_time = time.time()
-    while int(epoch.numpy()) < config.epochs:
-        # A resumed run shuffles each epoch as an unbroken one does.
-        rng = np.random.default_rng([config.seed, int(epoch.numpy())])
-        losses, words = [], []
-        windows = frozen_windows(read, base, splits["train"], batch_size, num_predicted)
-        for step, (hidden, target_chars) in enumerate(shuffled_word_batches(
-                windows, config.words_per_update, config.shuffle_words, rng)):
-            if config.steps_per_epoch is not None and step >= config.steps_per_epoch:
-                break
-            loss, _ = train_step(hidden, target_chars)
-            losses.append(float(loss))
-            words.append(len(hidden))
-            if not math.isfinite(losses[-1]):
-                raise FloatingPointError(f"The character output's loss is {losses[-1]} at "
-                                         f"step {step}; the last checkpoint is kept.")
-        valid = evaluate_char_output(model, splits["valid"], length, config.max_eval_tokens)
-        number = int(epoch.numpy()) + 1
-        train_perplexity = float(np.exp(np.average(losses, weights=words)))
-        record = {"epoch": number, "train_word_perplexity": train_perplexity,
-                  "learning_rate": float(optimizer.learning_rate.numpy()), "valid": valid}
-        best = min((r["valid"]["open_perplexity"] for r in history), default=math.inf)
-        history.append(record)
-        # The history first, then the best model, then the checkpoint that counts the epoch as
-        # done: a run killed in between repeats the epoch, its history cut back to the
-        # checkpoint's epochs.
-        run_files.write_json_atomic(workdir / run_files.HISTORY_FILE, history)
-        if valid["open_perplexity"] < best:
-            run_files.save_model_atomic(model, workdir / run_files.MODEL_FILE)
-        else:
-            optimizer.learning_rate.assign(optimizer.learning_rate * 0.5)
-        epoch.assign(number)
-        manager.save(checkpoint_number=number)
-        if verbose:
-            logging.info("char output epoch %d: train word perplexity %.2f, valid %.2f "
-                         "(oov %.2f)", number, record["train_word_perplexity"],
-                         valid["open_perplexity"], valid["oov"]["open_perplexity"])
-    best = min(history, key=lambda r: r["valid"]["open_perplexity"])
-    saved = read_model_file(workdir / run_files.MODEL_FILE, error=RunLoadError)
-    model.char_output.set_weights(saved.char_output.get_weights())
-    results = {"epochs": len(history), "best_epoch": best["epoch"], "valid": best["valid"],
-               "train_seconds": time.time() - start_time}
-    data = base_config.data
-    if "test" in splits and data.test_split == data.valid_split:
-        results["test"] = best["valid"]  # the same text (e.g. WikiText-2's test file as both)
-    elif "test" in splits:
-        results["test"] = evaluate_char_output(model, splits["test"], length,
-                                               config.max_eval_tokens)
-    run_files.write_json_atomic(workdir / run_files.RESULTS_FILE, results)
-    return results
+    return config_path
 
 
 def format_results(results):

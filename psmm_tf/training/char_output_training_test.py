@@ -229,7 +229,7 @@ class CharOutputRunTest(testing.TestCase):
         # A history that lost the checkpoint's epochs is refused, not silently shortened.
         history_file = Path(workdir) / run_files.HISTORY_FILE
         history_file.write_text(json.dumps(later[:1]))
-        with self.assertRaisesRegex(ValueError, "does not hold the 3 epochs"):
+        with self.assertRaisesRegex(ValueError, r"lacks the record of epoch\(s\) \[2, 3\]"):
             char_output_training.run(self._config(epochs=3), workdir, verbose=0)
         history_file.write_text(json.dumps(later))
         before = sorted(p.name for p in Path(self.base).iterdir())
@@ -263,6 +263,17 @@ class CharOutputRunTest(testing.TestCase):
         for one, other in zip(*(m.char_output.get_weights() for m in models), strict=True):
             self.assertAllClose(one, other, rtol=1e-6, atol=1e-7)
         self.assertEqual([m.char_output.char_dropout for m in models], [0.3, 0.3])
+
+    @testing.skip_unless_tensorflow("the run's trainer is TensorFlow's")
+    def test_a_split_without_a_window_is_refused_writing_nothing(self):
+        # Refused before char_output.json is written: the corrected command is not refused as
+        # a run of another config.
+        workdir = Path(self.root) / "no_window"
+        with self.assertRaisesRegex(ValueError, "holds no window of batch_size x num_predicted"):
+            char_output_training.run(self._config(batch_size=100_000), workdir, verbose=0)
+        self.assertFalse(workdir.exists())
+        first = char_output_training.run(self._config(steps_per_epoch=2), workdir, verbose=0)
+        self.assertEqual(first["epochs"], 1)
 
     def test_bad_settings_are_refused(self):
         for field, value in (("units", 0), ("max_word_length", 2), ("dropout", 1.0),

@@ -183,19 +183,21 @@ class Reporter:
                                  metadata=_SCALAR_METADATA)
         writer.flush()
 
-    def end_epoch(self, record):
-        """Appends one epoch's record to `history.json` and logs it."""
+    def end_epoch(self, record, line=None):
+        """Appends one epoch's record to `history.json` (replacing one of the same `epoch`, an
+        epoch a resumed run repeats) and logs `line` (default: a language model's epoch)."""
         if not self.enabled:
             return
         self._bar = None
         history = run_files.read_history(self.workdir)
         history = [r for r in history if r["epoch"] != record["epoch"]] + [record]
         run_files.write_json_atomic(self.workdir / run_files.HISTORY_FILE, history)
-        logging.info(
-            "epoch %d: train ppl %.2f, valid ppl %.2f, lr %.4g, %.0f tokens/s%s",
-            record["epoch"] + 1, record["train_perplexity"], record["valid_perplexity"],
-            record["learning_rate"], record["tokens_per_second"],
-            " (best)" if record["improved"] else "")
+        if line is None:
+            line = (f"epoch {record['epoch'] + 1}: train ppl {record['train_perplexity']:.2f}, "
+                    f"valid ppl {record['valid_perplexity']:.2f}, lr "
+                    f"{record['learning_rate']:.4g}, {record['tokens_per_second']:.0f} "
+                    f"tokens/s{' (best)' if record['improved'] else ''}")
+        logging.info("%s", line)
 
     def close(self):
         if self._steps_file is not None:

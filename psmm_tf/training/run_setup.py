@@ -182,18 +182,7 @@ def _check_run_logs(workdir):
     before training, not after an epoch (a cut history.json failed at the epoch's end)."""
     import json
 
-    history = workdir / run_files.HISTORY_FILE
-    if history.is_file():
-        try:
-            records = json.loads(history.read_text(encoding="utf-8"))
-            if not isinstance(records, list) or not all(
-                    isinstance(r, dict) and isinstance(r.get("epoch"), int) for r in records):
-                raise ValueError("expected a JSON list of epoch records")
-        except (ValueError, UnicodeDecodeError) as err:
-            raise RunRefusedError(
-                f"{history} is not the run's epoch history ({type(err).__name__}: {err}); "
-                f"restore it, or start the run again with --restart (its files are moved "
-                f"aside).") from None
+    read_epoch_history(workdir)
     try:  # read at the run's end, for the pointer diagnostics: checked before an epoch is spent
         pointer_diagnostics.load_initial_pointer_weights(
             workdir / run_files.INITIAL_POINTER_FILE)
@@ -218,21 +207,37 @@ def _check_run_logs(workdir):
                     f"again with --restart.")
 
 
-def check_history_covers(workdir, epochs_done, checkpoint):
-    """Refuses a resume whose `history.json` lacks an epoch the restored checkpoint finished
-    (an edited or replaced file): the resumed run would report a history without it.
+_RESTART = "start the run again with --restart (its files are moved aside)"
 
-    Args:
-        workdir: the run's folder. epochs_done: int, epochs the checkpoint has finished.
-        checkpoint: str, the restored checkpoint's path (named in the message).
-    """
-    recorded = {record["epoch"] for record in run_files.read_history(workdir)}
-    missing = sorted(set(range(epochs_done)) - recorded)
+
+def read_epoch_history(workdir, remedy=_RESTART):
+    """The records of `<workdir>/history.json` ([] when absent). Raises `RunRefusedError`
+    (with `remedy` as the advice) when it is not a JSON list of records with an int `epoch`."""
+    path = Path(workdir) / run_files.HISTORY_FILE
+    try:
+        records = run_files.read_history(workdir)
+        if not isinstance(records, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("epoch"), int) for r in records):
+            raise ValueError("expected a JSON list of epoch records")
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RunRefusedError(f"{path} is not the run's epoch history ({type(err).__name__}: "
+                              f"{err}); restore it, or {remedy}.") from None
+    return records
+
+
+def finished_history(workdir, epochs_done, checkpoint, first_epoch=0, remedy=_RESTART):
+    """The `history.json` records of the `epochs_done` epochs (numbered from `first_epoch`)
+    that `checkpoint` (its path, for the message) finished. Raises `RunRefusedError` (with
+    `remedy` as the advice) when the file is not a history or lacks one of them (an edited or
+    replaced file): the resumed run would report a history without it."""
+    history = read_epoch_history(workdir, remedy)
+    done = range(first_epoch, first_epoch + epochs_done)
+    missing = sorted(set(done) - {record["epoch"] for record in history})
     if missing:
         raise RunRefusedError(
             f"{Path(workdir) / run_files.HISTORY_FILE} lacks the record of epoch(s) {missing}, "
-            f"which {checkpoint} has finished; restore the file, or start the run again with "
-            f"--restart (its files are moved aside).")
+            f"which {checkpoint} has finished; restore the file, or {remedy}.")
+    return [record for record in history if record["epoch"] in done]
 
 
 def write_run_files(config, corpus, workdir, strategy):

@@ -16,8 +16,13 @@ import tensorflow as tf
 
 from psmm_tf import native as native_kernels
 from psmm_tf.configs import TrainConfig
-from psmm_tf.gradients import clip_gradients, clip_groups, clip_scales, pointer_variable_indices
-from psmm_tf.losses import per_target_losses, window_sums
+from psmm_tf.gradients import (
+    WindowStepSettings,
+    clip_gradients,
+    clip_scales,
+    pointer_variable_indices,
+)
+from psmm_tf.losses import per_target_losses
 from psmm_tf.training import distribution, sgd_update
 
 METRIC_KEYS = ("loss", "nll", "pointer_loss", "gate", "weight")
@@ -32,23 +37,15 @@ def loss_scale(optimizer):
     return 1.0
 
 
-class TrainStep:
+class TrainStep(WindowStepSettings):
     """A compiled training step that carries LSTM state and pointer memory per replica.
 
     Args:
         model: a `LanguageModel`, built under `strategy.scope()`.
         optimizer: a Keras optimizer, built under `strategy.scope()`.
         strategy: a `tf.distribute.Strategy` (the default strategy for one device).
-        global_batch_size: int. Rows B of the global batch.
-        context_length: int. C: 0 for "cache", window_size - 1 for "recompute".
-        use_memory: bool. Carry the pointer memory ("cache" mode).
-        clip_norm: float. Global gradient norm limit (paper: 1); with `pointer_clip_norm`, the
-            limit of every variable but the pointer's.
-        pointer_clip_norm: optional float. Own global norm limit of the pointer's variables.
-        char_cnn_clip_norm: optional float. Own global norm limit of a character-CNN input
-            embedding's variables (`input_embedding="chars"`). The defaults of the clip norms
-            and of `pointer_weight` are `TrainConfig`'s (psmm-train's).
-        pointer_weight: float. Weight of eq. 9's pointer term (1: the paper; 0: mixture NLL).
+        global_batch_size, context_length, use_memory, clip_norm, pointer_clip_norm,
+            char_cnn_clip_norm, pointer_weight: `psmm_tf.gradients.WindowStepSettings`'s.
         jit_compile: bool. XLA-compile the forward and backward pass.
         native: optional "auto", "on" or "off": psmm_tf's native CPU kernels in the step
             (`psmm_tf.native`; `TrainConfig.native`). None: `psmm_tf.native.settings().mode`.
@@ -90,22 +87,15 @@ class TrainStep:
                  pointer_clip_norm=TrainConfig.pointer_clip_norm,
                  pointer_weight=TrainConfig.pointer_loss_weight,
                  char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm, native=None):
+        super().__init__(model, global_batch_size, context_length, use_memory, clip_norm,
+                         pointer_clip_norm, pointer_weight, char_cnn_clip_norm)
         if native is not None:
             native_kernels.check_mode(native)
         self.native = native
         self.jit_compile = bool(jit_compile)
-        self.model = model
         self.optimizer = optimizer
         self.strategy = strategy
-        self.global_batch_size = global_batch_size
         self.rows = distribution.rows_per_replica(global_batch_size, strategy)
-        self.context_length = context_length
-        self.use_memory = use_memory
-        self.clip_norm = clip_norm
-        self.pointer_clip_norm = pointer_clip_norm
-        self.char_cnn_clip_norm = char_cnn_clip_norm
-        self.pointer_weight = pointer_weight
-        self.clip_groups = clip_groups(model, pointer_clip_norm, char_cnn_clip_norm)
         self.plain_sgd = sgd_update.supports(optimizer, model.trainable_variables)
         if not optimizer.built:  # its variables (a loss scale's too) exist before the first step
             with strategy.scope():
@@ -116,10 +106,8 @@ class TrainStep:
     def initial_carry(self):
         """Zero LSTM state and (in "cache" mode) an empty memory, as per-replica values."""
         with self.strategy.scope():
-            state = self.model.zero_state(self.global_batch_size)
-            memory = (self.model.empty_memory(self.global_batch_size) if self.use_memory
-                      else None)
-        return self.distribute(state, memory)
+            carry = self.zero_carry()
+        return self.distribute(*carry)
 
     def distribute(self, state, memory):
         """Global carried values -> per-replica values (each replica its own rows)."""
@@ -164,8 +152,7 @@ class TrainStep:
         # Sum over replicas first, then clip: the norm is the global batch's (paper: 1).
         grads = context.all_reduce("SUM", grads)
         # Under loss scaling the optimizer unscales the clipped gradients.
-        grads, grad_norm = clip_gradients(grads, self.clip_norm, self.clip_groups,
-                                          loss_scale(self.optimizer))
+        grads, grad_norm = self.clip(grads, loss_scale(self.optimizer))
         if replicas > 1:
             # The Keras optimizer sums gradients over replicas once more before applying them.
             grads = [g / replicas for g in grads]
@@ -182,17 +169,9 @@ class TrainStep:
             return self._traced_gradients(local, state, memory, normalizer, pointer_share)
 
     def _traced_gradients(self, local, state, memory, normalizer, pointer_share=None):
-        targets = local["targets"]
-        weights = local["target_weights"]
         with tf.GradientTape() as tape:
-            outputs = self.model(
-                local["token_ids"], token_mask=local["token_mask"], state=state,
-                memory=memory, context_length=self.context_length, targets=targets,
-                training=True, token_chars=local.get("token_chars"),
-            )
-            objective, pointer_part, gate = per_target_losses(
-                self.model, outputs, targets, self.pointer_weight, pointer_share=pointer_share)
-            sums = window_sums(objective, pointer_part, gate, weights)
+            outputs = self.model(local["token_ids"], **self.call_arguments(local, state, memory))
+            sums = self.window_sums(outputs, local, pointer_share)
             # Times the dynamic loss scale under mixed_float16 (LossScaleOptimizer), else as is.
             loss = self.optimizer.scale_loss(sums["loss"] / normalizer)
         grads = tape.gradient(loss, self.model.trainable_variables)
@@ -203,5 +182,4 @@ class TrainStep:
             # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and
             # scaling.
             grads = [tf.convert_to_tensor(g) for g in grads]
-        new_memory = outputs["memory"] if self.use_memory else None
-        return grads, sums, outputs["state"], new_memory
+        return grads, sums, *self.carried(outputs)

@@ -70,16 +70,14 @@ class _Run:
         self.schedule = PlateauSchedule(train.learning_rate, train.lr_decay, train.patience,
                                         train.max_epochs)
         self.context_length = train.resolved_context_length(config.model.window_size)
-        use_memory = train.pointer_memory == "cache"
         self.train_step = TrainStep(
             self.model, self.optimizer, strategy, train.batch_size, self.context_length,
-            use_memory=use_memory, clip_norm=train.clip_norm, jit_compile=self.jit_compile,
-            pointer_clip_norm=train.pointer_clip_norm, pointer_weight=train.pointer_loss_weight,
+            use_memory=train.pointer_memory == "cache", clip_norm=train.clip_norm,
+            jit_compile=self.jit_compile, pointer_clip_norm=train.pointer_clip_norm,
+            pointer_weight=train.pointer_loss_weight,
             char_cnn_clip_norm=train.char_cnn_clip_norm, native=train.native)
         self.progress = checkpointing.Progress()
-        self.carry = checkpointing.Carry(
-            self.model.zero_state(train.batch_size),
-            self.model.empty_memory(train.batch_size) if use_memory else None)
+        self.carry = checkpointing.Carry(*self.train_step.zero_carry())
         self.checkpoint = checkpointing.make_checkpoint(
             self.model, self.optimizer, self.schedule, self.progress, self.carry,
             vocabulary_sha256=corpus.vocabulary.sha256())
@@ -97,6 +95,29 @@ class _Run:
                      "on" if self.jit_compile else "off", self.context_length,
                      train.num_predicted, train.batch_size, self.num_steps())
 
+    @classmethod
+    def start(cls, config, workdir, strategy, verbose, restart):
+        """The one place that builds a run: validated against the data and the workdir, its
+        objects built and its checkpoint restored; only then are its files written."""
+        config, corpus = run_setup.prepare_workdir(config, workdir, strategy, restart=restart)
+        if restart and distribution.is_chief(strategy):
+            moved = run_files.move_training_outputs(workdir)
+            if moved is not None:
+                logging.warning("--restart: the previous run's files were moved into %s.", moved)
+        run = cls(config, corpus, workdir, strategy, verbose)
+        try:
+            run.restore()
+            run_setup.write_run_files(config, corpus, workdir, strategy)
+            run.reporter.drop_steps_after(run.progress.get()[2])
+        except BaseException:
+            run.reporter.close()
+            raise
+        return run
+
+    @property
+    def should_stop(self):
+        return self.schedule.should_stop
+
     def restore(self):
         """Restores the latest checkpoint of the chief's directory, if any; returns its path."""
         # Every object but the vocabulary's hash, which 0.1.0's checkpoints lack: it is
@@ -108,8 +129,8 @@ class _Run:
         if path is not None:
             checkpoints.check_checkpoint_vocabulary(
                 path, self.corpus.vocabulary.sha256(), run_setup.RunRefusedError)
-            run_setup.check_history_covers(self.workdir, int(self.schedule.epochs_done.numpy()),
-                                           path)
+            run_setup.finished_history(self.workdir, int(self.schedule.epochs_done.numpy()),
+                                       path)
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
         elif self.chief and pointer_diagnostics.has_sentinel_pointer(self.model):
             pointer_diagnostics.save_initial_pointer_weights(
@@ -293,39 +314,35 @@ def run(config, workdir, strategy=None, verbose=1, finish=True, restart=False):
             raise run_setup.RunRefusedError(str(err)) from None
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribution.is_chief(strategy)
+    results = drive(lambda: _Run.start(config, workdir, strategy, verbose, restart), workdir,
+                    chief=chief, finish=finish)
+    if not chief:
+        shutil.rmtree(run_files.worker_dir(workdir, distribution.worker_name(strategy)),
+                      ignore_errors=True)
+    return results
+
+
+def drive(start, workdir, chief=True, finish=True):
+    """The engine of every run (`run`'s and `char_output_training.run`'s): holds the
+    workdir's lock, starts the run (`start()`; a start that raises has written none of the
+    run's files, and what it created is removed), trains epoch by epoch (`train_epoch`,
+    `end_epoch`) until `should_stop`, then returns `finish()`'s results ({} without `finish`).
+    `chief`: False on multi-worker workers that are not the chief (no lock, nothing removed).
+    """
     with run_setup.workdir_lock(workdir, enabled=chief):
         before = _entries(workdir) if chief else None
-        state = None
         try:
-            config, corpus = run_setup.prepare_workdir(config, workdir, strategy,
-                                                       restart=restart)
-            if restart and chief:
-                moved = run_files.move_training_outputs(workdir)
-                if moved is not None:
-                    logging.warning("--restart: the previous run's files were moved into %s.",
-                                    moved)
-            state = _Run(config, corpus, workdir, strategy, verbose)
-            state.restore()
-            # Only now, with the run validated and its checkpoint read, its files are written.
-            run_setup.write_run_files(config, corpus, workdir, strategy)
+            state = start()
         except BaseException:
-            if state is not None:
-                state.reporter.close()
             if chief:
                 _remove_new_entries(workdir, before)
             raise
         try:
-            state.reporter.drop_steps_after(state.progress.get()[2])
-            while not state.schedule.should_stop:
-                meter = state.train_epoch()
-                state.end_epoch(meter)
-            results = state.finish() if finish else {}
+            while not state.should_stop:
+                state.end_epoch(state.train_epoch())
+            return state.finish() if finish else {}
         finally:
             state.reporter.close()
-    if not state.chief:
-        shutil.rmtree(run_files.worker_dir(workdir, distribution.worker_name(strategy)),
-                      ignore_errors=True)
-    return results
 
 
 def _entries(workdir):
