@@ -6,11 +6,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from psmm_tf import configs
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import load_trained_run
-from psmm_tf.testing import run_script
-from psmm_tf.training import train_lib
+from psmm_tf.testing import mains_in_one_process, run_script, snapshot, trained_tiny_run
 
 
 def _evaluate(*args):
@@ -19,20 +17,18 @@ def _evaluate(*args):
 
 class EvaluateCommandTest(tf.test.TestCase):
     def test_report_of_a_run_against_its_baseline(self):
+        # The tests' shared tiny runs (one trained corpus and vocabulary), read, not written.
+        psmm, lstm = trained_tiny_run("psmm"), trained_tiny_run("lstm")
+        before = snapshot(psmm), snapshot(lstm)
         base = Path(self.get_temp_dir())
-        config = configs.get_preset("tiny").replace(
-            train={"steps_per_epoch": 8, "max_epochs": 1, "max_eval_tokens": 200},
-            data={"synthetic_train_tokens": 4000})
-        train_lib.run(config, base / "psmm", verbose=0)
-        train_lib.run(config.replace(model={"kind": "lstm"}), base / "lstm", verbose=0)
         out = base / "report"
-        done = _evaluate(f"--workdir={base / 'psmm'}", f"--baseline_workdir={base / 'lstm'}",
+        done = _evaluate(f"--workdir={psmm}", f"--baseline_workdir={lstm}",
                          "--split=valid", "--max_tokens=400", f"--output_dir={out}",
                          "--positions=3,150,398", "--length=37")
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         printed = float(re.search(r"psmm valid perplexity ([\d.]+) \(399 targets\)",
                                   done.stdout).group(1))
-        run = load_trained_run(base / "psmm")
+        run = load_trained_run(psmm)
         expected = Evaluator(run.model).evaluate(run.corpus.ids["valid"], max_tokens=400)
         self.assertAllClose(printed, expected.perplexity, atol=0.006)
         metrics = json.loads((out / "metrics.json").read_text())
@@ -41,13 +37,17 @@ class EvaluateCommandTest(tf.test.TestCase):
         self.assertIn("| 10 |", (out / "frequency_buckets.md").read_text())
         self.assertTrue((out / "frequency_buckets.png").is_file())
         self.assertEqual((out / "attention.html").read_text().count("class='example'"), 3)
+        self.assertEqual((snapshot(psmm), snapshot(lstm)), before)
 
     def test_refuses_a_folder_without_a_run(self):
-        done = _evaluate(f"--workdir={self.get_temp_dir()}")
-        self.assertNotEqual(done.returncode, 0)
-        self.assertIn("has no config.json; expected the folder of a training run", done.stderr)
-        done = _evaluate(f"--workdir={self.get_temp_dir()}", "--split=dev")
-        self.assertIn("flag --split=dev: value should be one of <train|valid|test>", done.stderr)
+        workdir = self.get_temp_dir()
+        no_run, bad_split = _evaluate_in_one_process(
+            [f"--workdir={workdir}"], [f"--workdir={workdir}", "--split=dev"])
+        self.assertNotEqual(no_run[0], 0)
+        self.assertIn("has no config.json; expected the folder of a training run", no_run[1])
+        self.assertNotEqual(bad_split[0], 0)
+        self.assertIn("flag --split=dev: value should be one of <train|valid|test>",
+                      bad_split[1])
 
     def test_refuses_bad_cache_flags_naming_the_flag(self):
         workdir = self.get_temp_dir()  # refused before the workdir is even read
@@ -76,13 +76,21 @@ class EvaluateCommandTest(tf.test.TestCase):
             (["--cache_window=5", "--cache_lambdas=0.1"],
              "--cache_lambdas given without --cache_grid"),
         ]
-        for args, message in cases:
+        results = _evaluate_in_one_process(*[[f"--workdir={workdir}", *args]
+                                             for args, _ in cases])
+        for (args, message), (code, stderr) in zip(cases, results, strict=True):
             with self.subTest(args=args):
-                done = _evaluate(f"--workdir={workdir}", *args)
-                self.assertNotEqual(done.returncode, 0)
-                self.assertIn(message, done.stderr)
-                self.assertNotIn("has no config.json", done.stderr)
+                self.assertNotEqual(code, 0)
+                self.assertIn(message, stderr)
+                self.assertNotIn("has no config.json", stderr)
 
+
+def _evaluate_in_one_process(*arg_lists):
+    """`[(exit status, stderr)]` of psmm-evaluate's main on each of `arg_lists`, all in one new
+    process (its flags share names with psmm-train's, imported in this one): one TensorFlow
+    start instead of one per command line; the report test above runs the program itself."""
+    return mains_in_one_process("psmm_tf.trainers.evaluate",
+                                [["psmm-evaluate", *args] for args in arg_lists])
 
 if __name__ == "__main__":
     tf.test.main()

@@ -3,16 +3,13 @@ flags, data folders and backends before writing anything. Each is refused with a
 naming it, and nothing a user has is touched (every pre-existing file byte-identical
 afterwards)."""
 
-import contextlib
-import io
-import os
 from pathlib import Path
 
 import tensorflow as tf
 
 from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests of its own
 from psmm_tf.evaluation import trained_run
-from psmm_tf.testing import run_script, snapshot, tiny_config, write_text_corpus
+from psmm_tf.testing import main_in_process, run_script, snapshot, tiny_config, write_text_corpus
 from psmm_tf.training import run_setup, train_lib
 
 
@@ -137,31 +134,11 @@ class FlagSweepTest(tf.test.TestCase):
 
 
 def _train_in_process(args):
-    """`(exit status, stderr)` of psmm-train's main run with `args` in this process (its flags
-    restored afterwards); an exception other than its exit propagates (a traceback)."""
-    from absl import flags
-    from absl.testing import flagsaver
-
+    """`(exit status, stderr)` of psmm-train's main run with `args` in this process (no
+    TF_CONFIG: a single machine)."""
     from psmm_tf.trainers import train
 
-    err = io.StringIO()
-    environ = dict(os.environ)
-    os.environ["TF_CONFIG"] = ""
-    try:
-        with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
-            flags.FLAGS.unparse_flags()
-            try:
-                train.main(["psmm-train", *args])
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else 1
-                if isinstance(exit_.code, str):
-                    err.write(exit_.code + "\n")
-    finally:
-        os.environ.clear()
-        os.environ.update(environ)
-        flags.FLAGS.unparse_flags()
-    return code, err.getvalue()
+    return main_in_process(train.main, ["psmm-train", *args], env={"TF_CONFIG": ""})
 
 
 class OutOfMemoryTest(tf.test.TestCase):
