@@ -334,6 +334,13 @@ def main_in_process(main, argv, env=None):
     return code, err.getvalue()
 
 
+def train_in_process(args):
+    """`main_in_process` of psmm-train with `args` (no TF_CONFIG: one machine)."""
+    from psmm_tf.trainers import train
+
+    return main_in_process(train.main, ["psmm-train", *args], env={"TF_CONFIG": ""})
+
+
 def mains_in_one_process(module, argvs, env=None, timeout=300):
     """`[(exit status, stderr)]` of `module.main(argv)` for each of `argvs`, all run one after
     the other (`main_in_process`) in one new interpreter: one TensorFlow start for all of them.

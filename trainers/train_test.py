@@ -7,7 +7,7 @@ from absl import app, flags
 from absl.testing import flagsaver
 
 from psmm_tf import configs
-from psmm_tf.testing import main_in_process
+from psmm_tf.testing import train_in_process
 from psmm_tf.trainers import char_output_flags, train
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -332,9 +332,7 @@ class CommandLineTest(tf.test.TestCase):
             with self.subTest(args=args):
                 # psmm-train's own main, in this process (a new one per case cost a TensorFlow
                 # start each); hostile_flags_test.py runs the program itself.
-                code, stderr = main_in_process(
-                    train.main, ["psmm-train", f"--workdir={workdir}", *args],
-                    env={"TF_CONFIG": ""})
+                code, stderr = train_in_process([f"--workdir={workdir}", *args])
                 self.assertIn(message, stderr)
                 self.assertNotEqual(code, 0)
                 self.assertFalse(workdir.exists())
