@@ -18,7 +18,7 @@ from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.evaluation import pointer_diagnostics, report, trained_run
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import build_model
-from psmm_tf.testing import trained_tiny_run
+from psmm_tf.testing import snapshot, trained_tiny_run
 from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 from psmm_tf.training.steps import TrainStep
 
@@ -80,6 +80,7 @@ class SyntheticRunTest(tf.test.TestCase):
         # The baseline (the tests' shared tiny LSTM run: this corpus and vocabulary, read
         # only) and the evaluation report (Figure 4 table and chart, attention page).
         baseline = trained_tiny_run("lstm")
+        baseline_files = snapshot(baseline)
         out = self.get_temp_dir() + "/report"
         metrics = report.evaluation_report(
             workdir, out, split="test", baseline_workdir=baseline, max_tokens=300,
@@ -93,6 +94,7 @@ class SyntheticRunTest(tf.test.TestCase):
         self.assertTrue(open(out + "/frequency_buckets.png", "rb").read(4) == b"\x89PNG")
         self.assertIn("mean difference", open(out + "/frequency_buckets.md").read())
         self.assertEqual(json.load(open(out + "/metrics.json"))["model"], "psmm")
+        self.assertEqual(snapshot(baseline), baseline_files)
 
     def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(self):
         workdir = self.get_temp_dir() + "/nan"
@@ -221,6 +223,7 @@ class RealCorpusTest(tf.test.TestCase):
 
     def test_init_from_fine_tunes_a_run_on_another_corpus_with_its_vocabulary(self):
         first = str(trained_tiny_run())  # the tests' shared tiny synthetic run, read only
+        first_files = snapshot(first)
         trained = keras.saving.load_model(first + "/model.keras")
         ptb = {"dataset": "ptb", "data_dir": str(self.data / "ptb")}
         config = tiny_config(steps_per_epoch=2, max_eval_tokens=200).replace(
@@ -245,6 +248,7 @@ class RealCorpusTest(tf.test.TestCase):
                                     "folder holding model.keras"):
             train_lib.run(config.replace(train={"init_from": second + "/nothing"}),
                           self.get_temp_dir() + "/refused", verbose=0)
+        self.assertEqual(snapshot(first), first_files)
 
     def test_wikitext_trains_on_the_valid_file(self):
         config = tiny_config(steps_per_epoch=2, max_eval_tokens=300).replace(data={
