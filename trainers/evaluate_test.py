@@ -15,6 +15,34 @@ def _evaluate(*args):
     return run_script("trainers/evaluate.py", args)
 
 
+# Refused cache flags and their messages: refused before the workdir is even read.
+BAD_CACHE_FLAGS = [
+    (["--cache_window=0"], "flag --cache_window=0: must be an integer >= 1"),
+    (["--cache_window=20000000"],
+     "--cache_window must be at most 100,000 (each stream holds the last"),
+    (["--cache_window=5", "--cache_theta=-0.5"], "flag --cache_theta=-0.5: must be >= 0"),
+    (["--cache_window=5", "--cache_lambda=1.5"],
+     r"flag --cache_lambda=1.5: must be in [0, 1)"),
+    (["--cache_window=5", "--cache_lambda=-0.1"],
+     r"flag --cache_lambda=-0.1: must be in [0, 1)"),
+    (["--cache_window=5", "--cache_lambda=1.0"],
+     r"flag --cache_lambda=1.0: must be in [0, 1) (at 1 every word"),
+    (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,1"],
+     "--cache_lambdas must be a comma-separated list of lambdas in [0, 1), got '0.1,1'"),
+    (["--cache_grid"], "--cache_grid given without --cache_window"),
+    (["--cache_theta=0.3", "--cache_lambda=0.1"],
+     "--cache_theta, --cache_lambda given without --cache_window"),
+    (["--cache_window=5", "--cache_grid", "--cache_thetas=0.1,-2"],
+     "--cache_thetas must be a comma-separated list of thetas >= 0, got '0.1,-2'"),
+    (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,x"],
+     "--cache_lambdas must be a comma-separated list of lambdas in [0, 1)"),
+    (["--cache_window=5", "--cache_grid", "--cache_theta=0.3"],
+     "--cache_theta cannot be combined with --cache_grid"),
+    (["--cache_window=5", "--cache_lambdas=0.1"],
+     "--cache_lambdas given without --cache_grid"),
+]
+
+
 class EvaluateCommandTest(tf.test.TestCase):
     def test_report_of_a_run_against_its_baseline(self):
         # The tests' shared tiny runs (one trained corpus and vocabulary), read, not written.
@@ -39,58 +67,39 @@ class EvaluateCommandTest(tf.test.TestCase):
         self.assertEqual((out / "attention.html").read_text().count("class='example'"), 3)
         self.assertEqual((snapshot(psmm), snapshot(lstm)), before)
 
+
+class RefusedCommandLineTest(tf.test.TestCase):
+    """psmm-evaluate's main on refused command lines, all in one new process (its flags share
+    names with psmm-train's, imported in this one): one TensorFlow start instead of one per
+    command line; the report test above runs the program itself."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.workdir = Path(tf.compat.v1.test.get_temp_dir()) / "no_run"
+        cls.workdir.mkdir(exist_ok=True)
+        command_lines = [[], ["--split=dev"], *[args for args, _ in BAD_CACHE_FLAGS]]
+        results = mains_in_one_process(
+            "psmm_tf.trainers.evaluate",
+            [["psmm-evaluate", f"--workdir={cls.workdir}", *args] for args in command_lines])
+        cls.no_run, cls.bad_split, *cls.bad_cache = results
+
     def test_refuses_a_folder_without_a_run(self):
-        workdir = self.get_temp_dir()
-        no_run, bad_split = _evaluate_in_one_process(
-            [f"--workdir={workdir}"], [f"--workdir={workdir}", "--split=dev"])
-        self.assertNotEqual(no_run[0], 0)
-        self.assertIn("has no config.json; expected the folder of a training run", no_run[1])
-        self.assertNotEqual(bad_split[0], 0)
-        self.assertIn("flag --split=dev: value should be one of <train|valid|test>",
-                      bad_split[1])
+        code, stderr = self.no_run
+        self.assertNotEqual(code, 0)
+        self.assertIn("has no config.json; expected the folder of a training run", stderr)
+        code, stderr = self.bad_split
+        self.assertNotEqual(code, 0)
+        self.assertIn("flag --split=dev: value should be one of <train|valid|test>", stderr)
 
     def test_refuses_bad_cache_flags_naming_the_flag(self):
-        workdir = self.get_temp_dir()  # refused before the workdir is even read
-        cases = [
-            (["--cache_window=0"], "flag --cache_window=0: must be an integer >= 1"),
-            (["--cache_window=20000000"],
-             "--cache_window must be at most 100,000 (each stream holds the last"),
-            (["--cache_window=5", "--cache_theta=-0.5"], "flag --cache_theta=-0.5: must be >= 0"),
-            (["--cache_window=5", "--cache_lambda=1.5"],
-             r"flag --cache_lambda=1.5: must be in [0, 1)"),
-            (["--cache_window=5", "--cache_lambda=-0.1"],
-             r"flag --cache_lambda=-0.1: must be in [0, 1)"),
-            (["--cache_window=5", "--cache_lambda=1.0"],
-             r"flag --cache_lambda=1.0: must be in [0, 1) (at 1 every word"),
-            (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,1"],
-             "--cache_lambdas must be a comma-separated list of lambdas in [0, 1), got '0.1,1'"),
-            (["--cache_grid"], "--cache_grid given without --cache_window"),
-            (["--cache_theta=0.3", "--cache_lambda=0.1"],
-             "--cache_theta, --cache_lambda given without --cache_window"),
-            (["--cache_window=5", "--cache_grid", "--cache_thetas=0.1,-2"],
-             "--cache_thetas must be a comma-separated list of thetas >= 0, got '0.1,-2'"),
-            (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,x"],
-             "--cache_lambdas must be a comma-separated list of lambdas in [0, 1)"),
-            (["--cache_window=5", "--cache_grid", "--cache_theta=0.3"],
-             "--cache_theta cannot be combined with --cache_grid"),
-            (["--cache_window=5", "--cache_lambdas=0.1"],
-             "--cache_lambdas given without --cache_grid"),
-        ]
-        results = _evaluate_in_one_process(*[[f"--workdir={workdir}", *args]
-                                             for args, _ in cases])
-        for (args, message), (code, stderr) in zip(cases, results, strict=True):
+        for (args, message), (code, stderr) in zip(BAD_CACHE_FLAGS, self.bad_cache,
+                                                    strict=True):
             with self.subTest(args=args):
                 self.assertNotEqual(code, 0)
                 self.assertIn(message, stderr)
                 self.assertNotIn("has no config.json", stderr)
 
-
-def _evaluate_in_one_process(*arg_lists):
-    """`[(exit status, stderr)]` of psmm-evaluate's main on each of `arg_lists`, all in one new
-    process (its flags share names with psmm-train's, imported in this one): one TensorFlow
-    start instead of one per command line; the report test above runs the program itself."""
-    return mains_in_one_process("psmm_tf.trainers.evaluate",
-                                [["psmm-evaluate", *args] for args in arg_lists])
 
 if __name__ == "__main__":
     tf.test.main()
