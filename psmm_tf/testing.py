@@ -7,6 +7,7 @@ test comparing the two can fail.
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -301,6 +302,64 @@ def run_in_fresh_process(code, timeout=300, env=None):
     return result.stdout
 
 
+def main_in_process(main, argv, env=None):
+    """`(exit status, stderr)` of a program's `main(argv)` (`argv[0]` its name) run in this
+    process: no new interpreter, so no TensorFlow start (seconds each). The global absl flags
+    are parsed afresh and restored afterwards, and `env` is set in `os.environ` for the call
+    only. An exception other than the program's exit propagates (a traceback).
+    """
+    import contextlib
+    import io
+
+    from absl import flags
+    from absl.testing import flagsaver
+
+    err = io.StringIO()
+    environ = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
+            flags.FLAGS.unparse_flags()
+            try:
+                main(list(argv))
+                code = 0
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+                if isinstance(exit_.code, str):
+                    err.write(exit_.code + "\n")
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        flags.FLAGS.unparse_flags()
+    return code, err.getvalue()
+
+
+def train_in_process(args):
+    """`main_in_process` of psmm-train with `args` (no TF_CONFIG: one machine)."""
+    from psmm_tf.trainers import train
+
+    return main_in_process(train.main, ["psmm-train", *args], env={"TF_CONFIG": ""})
+
+
+def mains_in_one_process(module, argvs, env=None, timeout=300):
+    """`[(exit status, stderr)]` of `module.main(argv)` for each of `argvs`, all run one after
+    the other (`main_in_process`) in one new interpreter: one TensorFlow start for all of them.
+
+    For programs whose global absl flags cannot share a process with psmm-train's (the same
+    names, e.g. psmm-evaluate's --workdir); `env` is each call's, as in `main_in_process`.
+    """
+    code = f"""
+        import json
+        from {module} import main
+        from psmm_tf.testing import main_in_process
+        results = [main_in_process(main, argv, {env!r}) for argv in {[list(a) for a in argvs]!r}]
+        print("MAINS_IN_ONE_PROCESS " + json.dumps(results))
+    """
+    out = run_in_fresh_process(code, timeout=timeout)
+    line = next(line for line in out.splitlines() if line.startswith("MAINS_IN_ONE_PROCESS "))
+    return [tuple(result) for result in json.loads(line.split(" ", 1)[1])]
+
+
 class TestCase(tf.test.TestCase):
     """`tf.test.TestCase` with a fixed seed per test.
 
@@ -438,19 +497,29 @@ def drop_file_permission_override():
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
+def trained_tiny_run(kind="psmm"):
+    """The folder of a finished `tiny_config()` run of model `kind` ("psmm", "lstm",
+    "pointer_softmax"): 12 steps, checkpoints 5, 10, 12, the same synthetic corpus and
+    vocabulary for every kind. Trained once per process, on first use, in its temporary folder
+    (shared by every test file); read it, or copy it to change it."""
+    from psmm_tf.training import train_lib
+
+    name = "hostile_base_run" if kind == "psmm" else f"tiny_{kind}_run"
+    path = Path(tf.compat.v1.test.get_temp_dir()) / name
+    if not (path / "results.json").is_file():
+        shutil.rmtree(path, ignore_errors=True)
+        train_lib.run(tiny_config().replace(model={"kind": kind}), path, verbose=0)
+    return path
+
+
 class TrainedRunTestCase(tf.test.TestCase):
-    """One tiny synthetic run (12 steps, checkpoints 5, 10, 12), trained once per process (in
-    its temporary folder, shared by every test file) and copied by each test."""
+    """One tiny synthetic run (`trained_tiny_run()`), trained once per process and copied by
+    each test."""
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        from psmm_tf.training import train_lib
-
-        cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "hostile_base_run"
-        if not (cls.base / "results.json").is_file():
-            shutil.rmtree(cls.base, ignore_errors=True)
-            train_lib.run(tiny_config(), cls.base, verbose=0)
+        cls.base = trained_tiny_run()
 
     def copy_run(self, name):
         workdir = Path(self.get_temp_dir()) / name

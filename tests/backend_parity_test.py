@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from psmm_tf import configs, testing
 from psmm_tf.models import build_model
-from psmm_tf.training import train_lib
 from psmm_tf.training.steps import TrainStep
 
 JAX = {"KERAS_BACKEND": "jax"}
@@ -21,11 +20,7 @@ JAX = {"KERAS_BACKEND": "jax"}
 class BackendParityTest(testing.TestCase):
 
     def test_a_trained_run_scores_the_same_text_under_jax(self):
-        workdir = os.path.join(self.get_temp_dir(), "run")
-        config = configs.get_preset("tiny").replace(
-            train={"steps_per_epoch": 10, "max_epochs": 1, "max_eval_tokens": 200},
-            data={"synthetic_train_tokens": 3000})
-        train_lib.run(config, workdir, verbose=0)
+        workdir = str(testing.trained_tiny_run())  # the tests' shared tiny run, read only
         text = "the cat sat on the mat\nthe cat and the dog\n"
         model = keras.saving.load_model(os.path.join(workdir, "model.keras"))
         expected = model.score_text([text])

@@ -12,14 +12,13 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-from train_testlib import tiny_config
 
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import load_trained_run
 from psmm_tf.models import InputOutputGateLM, build_model
-from psmm_tf.testing import run_script
+from psmm_tf.testing import run_script, snapshot, trained_tiny_run
 from psmm_tf.training import reporting, train_lib
 from psmm_tf.training.gate_training import input_output_gate_config
 
@@ -34,9 +33,9 @@ class InputOutputGateRunTest(tf.test.TestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.root = Path(tf.compat.v1.test.get_temp_dir()) / "input_output_gate"
-        cls.base = cls.root / "base"
-        train_lib.run(tiny_config(steps_per_epoch=6), cls.base, verbose=0)
+        cls.base = trained_tiny_run()  # the tests' shared tiny run: read, never written
         cls.base_bytes = (cls.base / "model.keras").read_bytes()
+        cls.base_files = snapshot(cls.base)
 
     def test_train_resume_reload_and_evaluate(self):
         base_model = keras.saving.load_model(self.base / "model.keras")
@@ -101,6 +100,7 @@ class InputOutputGateRunTest(tf.test.TestCase):
         self.assertAllClose(cache["model_perplexity"], metrics["perplexity"], rtol=1e-6)
         printed = re.search(r"neural cache valid perplexity ([\d.]+)", done.stdout).group(1)
         self.assertAllClose(float(printed), cache["perplexity"], atol=0.006)
+        self.assertEqual(snapshot(self.base), self.base_files)
 
     def _assert_same_weights(self, model, expected):
         for weight, reference in zip(model.weights, expected.weights, strict=True):
@@ -125,6 +125,7 @@ class InputOutputGateRunTest(tf.test.TestCase):
         gated = keras.saving.load_model(workdir / "model.keras")
         self.assertEqual(gated.gate.embedding_dim, 6)
         self.assertTrue(np.isfinite(history[0]["valid_perplexity"]))
+        self.assertEqual(snapshot(self.base), self.base_files)
 
 
 if __name__ == "__main__":

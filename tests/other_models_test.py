@@ -12,6 +12,7 @@ from train_testlib import tiny_config
 from psmm_tf.data import Vocabulary, evaluation_windows, load_splits
 from psmm_tf.data.corpus_setup import load_corpus
 from psmm_tf.evaluation import Evaluator, cache_grid_search
+from psmm_tf.testing import trained_tiny_run
 from psmm_tf.training import train_lib
 
 
@@ -67,9 +68,7 @@ class OtherModelsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertGreater(after_unk.max(), 1e-5)
 
     def test_neural_cache_on_a_trained_lstm(self):
-        workdir = self.get_temp_dir() + "/lstm"
-        train_lib.run(tiny_config(steps_per_epoch=6).replace(model={"kind": "lstm"}), workdir,
-                      verbose=0)
+        workdir = str(trained_tiny_run("lstm"))  # the tests' shared tiny LSTM run, read only
         model = keras.saving.load_model(workdir + "/model.keras")
         vocabulary = Vocabulary.load(workdir + "/vocab.txt")
         data_dir = workdir + "/synthetic_data"  # where the trainer wrote the corpus

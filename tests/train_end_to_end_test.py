@@ -18,6 +18,7 @@ from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.evaluation import pointer_diagnostics, report, trained_run
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import build_model
+from psmm_tf.testing import snapshot, trained_tiny_run
 from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 from psmm_tf.training.steps import TrainStep
 
@@ -76,9 +77,10 @@ class SyntheticRunTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, r"model.kind: 'psmm' -> 'lstm'"):
             train_lib.run(config.replace(model={"kind": "lstm"}), workdir, verbose=0)
 
-        # The baseline and the evaluation report (Figure 4 table and chart, attention page).
-        baseline = self.get_temp_dir() + "/lstm"
-        train_lib.run(config.replace(model={"kind": "lstm"}), baseline, verbose=0)
+        # The baseline (the tests' shared tiny LSTM run: this corpus and vocabulary, read
+        # only) and the evaluation report (Figure 4 table and chart, attention page).
+        baseline = trained_tiny_run("lstm")
+        baseline_files = snapshot(baseline)
         out = self.get_temp_dir() + "/report"
         metrics = report.evaluation_report(
             workdir, out, split="test", baseline_workdir=baseline, max_tokens=300,
@@ -92,6 +94,7 @@ class SyntheticRunTest(tf.test.TestCase):
         self.assertTrue(open(out + "/frequency_buckets.png", "rb").read(4) == b"\x89PNG")
         self.assertIn("mean difference", open(out + "/frequency_buckets.md").read())
         self.assertEqual(json.load(open(out + "/metrics.json"))["model"], "psmm")
+        self.assertEqual(snapshot(baseline), baseline_files)
 
     def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(self):
         workdir = self.get_temp_dir() + "/nan"
@@ -184,8 +187,7 @@ class SyntheticRunTest(tf.test.TestCase):
 class ModelKeyTest(tf.test.TestCase):
     def test_the_model_key_alone_restores_every_weight(self):
         # The contract export code relies on: `model` alone gives back the trained model.
-        workdir = self.get_temp_dir() + "/model_key"
-        train_lib.run(tiny_config(steps_per_epoch=2, max_eval_tokens=40), workdir, verbose=0)
+        workdir = str(trained_tiny_run())  # the tests' shared tiny run, read only
         stored = ExperimentConfig.from_json(open(workdir + "/config.json").read())
         model = build_model(stored.model)
         path = tf.train.latest_checkpoint(workdir + "/checkpoints")
@@ -220,8 +222,8 @@ class RealCorpusTest(tf.test.TestCase):
         self.assertGreater(results["test_perplexity"], 500)
 
     def test_init_from_fine_tunes_a_run_on_another_corpus_with_its_vocabulary(self):
-        first = self.get_temp_dir() + "/synthetic"
-        train_lib.run(tiny_config(steps_per_epoch=4), first, verbose=0)
+        first = str(trained_tiny_run())  # the tests' shared tiny synthetic run, read only
+        first_files = snapshot(first)
         trained = keras.saving.load_model(first + "/model.keras")
         ptb = {"dataset": "ptb", "data_dir": str(self.data / "ptb")}
         config = tiny_config(steps_per_epoch=2, max_eval_tokens=200).replace(
@@ -246,6 +248,7 @@ class RealCorpusTest(tf.test.TestCase):
                                     "folder holding model.keras"):
             train_lib.run(config.replace(train={"init_from": second + "/nothing"}),
                           self.get_temp_dir() + "/refused", verbose=0)
+        self.assertEqual(snapshot(first), first_files)
 
     def test_wikitext_trains_on_the_valid_file(self):
         config = tiny_config(steps_per_epoch=2, max_eval_tokens=300).replace(data={

@@ -6,33 +6,57 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from psmm_tf import configs
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import load_trained_run
-from psmm_tf.testing import run_script
-from psmm_tf.training import train_lib
+from psmm_tf.testing import mains_in_one_process, run_script, snapshot, trained_tiny_run
 
 
 def _evaluate(*args):
     return run_script("trainers/evaluate.py", args)
 
 
+# Refused cache flags and their messages: refused before the workdir is even read.
+BAD_CACHE_FLAGS = [
+    (["--cache_window=0"], "flag --cache_window=0: must be an integer >= 1"),
+    (["--cache_window=20000000"],
+     "--cache_window must be at most 100,000 (each stream holds the last"),
+    (["--cache_window=5", "--cache_theta=-0.5"], "flag --cache_theta=-0.5: must be >= 0"),
+    (["--cache_window=5", "--cache_lambda=1.5"],
+     r"flag --cache_lambda=1.5: must be in [0, 1)"),
+    (["--cache_window=5", "--cache_lambda=-0.1"],
+     r"flag --cache_lambda=-0.1: must be in [0, 1)"),
+    (["--cache_window=5", "--cache_lambda=1.0"],
+     r"flag --cache_lambda=1.0: must be in [0, 1) (at 1 every word"),
+    (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,1"],
+     "--cache_lambdas must be a comma-separated list of lambdas in [0, 1), got '0.1,1'"),
+    (["--cache_grid"], "--cache_grid given without --cache_window"),
+    (["--cache_theta=0.3", "--cache_lambda=0.1"],
+     "--cache_theta, --cache_lambda given without --cache_window"),
+    (["--cache_window=5", "--cache_grid", "--cache_thetas=0.1,-2"],
+     "--cache_thetas must be a comma-separated list of thetas >= 0, got '0.1,-2'"),
+    (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,x"],
+     "--cache_lambdas must be a comma-separated list of lambdas in [0, 1)"),
+    (["--cache_window=5", "--cache_grid", "--cache_theta=0.3"],
+     "--cache_theta cannot be combined with --cache_grid"),
+    (["--cache_window=5", "--cache_lambdas=0.1"],
+     "--cache_lambdas given without --cache_grid"),
+]
+
+
 class EvaluateCommandTest(tf.test.TestCase):
     def test_report_of_a_run_against_its_baseline(self):
+        # The tests' shared tiny runs (one trained corpus and vocabulary), read, not written.
+        psmm, lstm = trained_tiny_run("psmm"), trained_tiny_run("lstm")
+        before = snapshot(psmm), snapshot(lstm)
         base = Path(self.get_temp_dir())
-        config = configs.get_preset("tiny").replace(
-            train={"steps_per_epoch": 8, "max_epochs": 1, "max_eval_tokens": 200},
-            data={"synthetic_train_tokens": 4000})
-        train_lib.run(config, base / "psmm", verbose=0)
-        train_lib.run(config.replace(model={"kind": "lstm"}), base / "lstm", verbose=0)
         out = base / "report"
-        done = _evaluate(f"--workdir={base / 'psmm'}", f"--baseline_workdir={base / 'lstm'}",
+        done = _evaluate(f"--workdir={psmm}", f"--baseline_workdir={lstm}",
                          "--split=valid", "--max_tokens=400", f"--output_dir={out}",
                          "--positions=3,150,398", "--length=37")
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         printed = float(re.search(r"psmm valid perplexity ([\d.]+) \(399 targets\)",
                                   done.stdout).group(1))
-        run = load_trained_run(base / "psmm")
+        run = load_trained_run(psmm)
         expected = Evaluator(run.model).evaluate(run.corpus.ids["valid"], max_tokens=400)
         self.assertAllClose(printed, expected.perplexity, atol=0.006)
         metrics = json.loads((out / "metrics.json").read_text())
@@ -41,47 +65,40 @@ class EvaluateCommandTest(tf.test.TestCase):
         self.assertIn("| 10 |", (out / "frequency_buckets.md").read_text())
         self.assertTrue((out / "frequency_buckets.png").is_file())
         self.assertEqual((out / "attention.html").read_text().count("class='example'"), 3)
+        self.assertEqual((snapshot(psmm), snapshot(lstm)), before)
+
+
+class RefusedCommandLineTest(tf.test.TestCase):
+    """psmm-evaluate's main on refused command lines, all in one new process (its flags share
+    names with psmm-train's, imported in this one): one TensorFlow start instead of one per
+    command line; the report test above runs the program itself."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.workdir = Path(tf.compat.v1.test.get_temp_dir()) / "no_run"
+        cls.workdir.mkdir(exist_ok=True)
+        command_lines = [[], ["--split=dev"], *[args for args, _ in BAD_CACHE_FLAGS]]
+        results = mains_in_one_process(
+            "psmm_tf.trainers.evaluate",
+            [["psmm-evaluate", f"--workdir={cls.workdir}", *args] for args in command_lines])
+        cls.no_run, cls.bad_split, *cls.bad_cache = results
 
     def test_refuses_a_folder_without_a_run(self):
-        done = _evaluate(f"--workdir={self.get_temp_dir()}")
-        self.assertNotEqual(done.returncode, 0)
-        self.assertIn("has no config.json; expected the folder of a training run", done.stderr)
-        done = _evaluate(f"--workdir={self.get_temp_dir()}", "--split=dev")
-        self.assertIn("flag --split=dev: value should be one of <train|valid|test>", done.stderr)
+        code, stderr = self.no_run
+        self.assertNotEqual(code, 0)
+        self.assertIn("has no config.json; expected the folder of a training run", stderr)
+        code, stderr = self.bad_split
+        self.assertNotEqual(code, 0)
+        self.assertIn("flag --split=dev: value should be one of <train|valid|test>", stderr)
 
     def test_refuses_bad_cache_flags_naming_the_flag(self):
-        workdir = self.get_temp_dir()  # refused before the workdir is even read
-        cases = [
-            (["--cache_window=0"], "flag --cache_window=0: must be an integer >= 1"),
-            (["--cache_window=20000000"],
-             "--cache_window must be at most 100,000 (each stream holds the last"),
-            (["--cache_window=5", "--cache_theta=-0.5"], "flag --cache_theta=-0.5: must be >= 0"),
-            (["--cache_window=5", "--cache_lambda=1.5"],
-             r"flag --cache_lambda=1.5: must be in [0, 1)"),
-            (["--cache_window=5", "--cache_lambda=-0.1"],
-             r"flag --cache_lambda=-0.1: must be in [0, 1)"),
-            (["--cache_window=5", "--cache_lambda=1.0"],
-             r"flag --cache_lambda=1.0: must be in [0, 1) (at 1 every word"),
-            (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,1"],
-             "--cache_lambdas must be a comma-separated list of lambdas in [0, 1), got '0.1,1'"),
-            (["--cache_grid"], "--cache_grid given without --cache_window"),
-            (["--cache_theta=0.3", "--cache_lambda=0.1"],
-             "--cache_theta, --cache_lambda given without --cache_window"),
-            (["--cache_window=5", "--cache_grid", "--cache_thetas=0.1,-2"],
-             "--cache_thetas must be a comma-separated list of thetas >= 0, got '0.1,-2'"),
-            (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,x"],
-             "--cache_lambdas must be a comma-separated list of lambdas in [0, 1)"),
-            (["--cache_window=5", "--cache_grid", "--cache_theta=0.3"],
-             "--cache_theta cannot be combined with --cache_grid"),
-            (["--cache_window=5", "--cache_lambdas=0.1"],
-             "--cache_lambdas given without --cache_grid"),
-        ]
-        for args, message in cases:
+        for (args, message), (code, stderr) in zip(BAD_CACHE_FLAGS, self.bad_cache,
+                                                    strict=True):
             with self.subTest(args=args):
-                done = _evaluate(f"--workdir={workdir}", *args)
-                self.assertNotEqual(done.returncode, 0)
-                self.assertIn(message, done.stderr)
-                self.assertNotIn("has no config.json", done.stderr)
+                self.assertNotEqual(code, 0)
+                self.assertIn(message, stderr)
+                self.assertNotIn("has no config.json", stderr)
 
 
 if __name__ == "__main__":

@@ -3,16 +3,13 @@ flags, data folders and backends before writing anything. Each is refused with a
 naming it, and nothing a user has is touched (every pre-existing file byte-identical
 afterwards)."""
 
-import contextlib
-import io
-import os
 from pathlib import Path
 
 import tensorflow as tf
 
 from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests of its own
 from psmm_tf.evaluation import trained_run
-from psmm_tf.testing import run_script, snapshot, tiny_config, write_text_corpus
+from psmm_tf.testing import run_script, snapshot, tiny_config, train_in_process, write_text_corpus
 from psmm_tf.training import run_setup, train_lib
 
 
@@ -28,7 +25,7 @@ class DataDirTest(psmm_testing.TrainedRunTestCase):
             with self.subTest(data_dir=data_dir, args=args):
                 before = snapshot(data_dir)
                 workdir = Path(self.get_temp_dir()) / "never"
-                code, stderr = _train_in_process([f"--workdir={workdir}",
+                code, stderr = train_in_process([f"--workdir={workdir}",
                                                   f"--data_dir={data_dir}", *args])
                 self.assertNotEqual(code, 0)
                 self.assertRegex(stderr, message)
@@ -124,7 +121,7 @@ class FlagSweepTest(tf.test.TestCase):
             with self.subTest(args=args):
                 # psmm-train's own main, in this process: a new process per case cost ~6 s of
                 # TensorFlow start each (issue 47); the first case also runs as the program.
-                code, stderr = _train_in_process([f"--workdir={workdir}", *args])
+                code, stderr = train_in_process([f"--workdir={workdir}", *args])
                 self.assertEqual(code, 1)
                 self.assertRegex(stderr, message)
                 self.assertFalse(workdir.exists())
@@ -134,34 +131,6 @@ class FlagSweepTest(tf.test.TestCase):
         self.assertNotIn("Traceback", done.stderr)
         self.assertFalse(workdir.exists())
         self.assertEqual(snapshot(corpus), before)
-
-
-def _train_in_process(args):
-    """`(exit status, stderr)` of psmm-train's main run with `args` in this process (its flags
-    restored afterwards); an exception other than its exit propagates (a traceback)."""
-    from absl import flags
-    from absl.testing import flagsaver
-
-    from psmm_tf.trainers import train
-
-    err = io.StringIO()
-    environ = dict(os.environ)
-    os.environ["TF_CONFIG"] = ""
-    try:
-        with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
-            flags.FLAGS.unparse_flags()
-            try:
-                train.main(["psmm-train", *args])
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else 1
-                if isinstance(exit_.code, str):
-                    err.write(exit_.code + "\n")
-    finally:
-        os.environ.clear()
-        os.environ.update(environ)
-        flags.FLAGS.unparse_flags()
-    return code, err.getvalue()
 
 
 class OutOfMemoryTest(tf.test.TestCase):

@@ -26,6 +26,7 @@ from psmm_tf.testing import (
     snapshot,
     start_script,
     tiny_config,
+    train_in_process,
     write_text_corpus,
 )
 from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
@@ -214,12 +215,12 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
         workdir = self.copy_run("restarted")
         shutil.rmtree(workdir / "checkpoints")
         before = snapshot(workdir)
-        done = run_script("trainers/train.py", [
+        code, stderr = train_in_process([
             "--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
             "--steps_per_epoch=12", "--epochs=1", "--checkpoint_every_steps=5",
             "--max_eval_tokens=300", "--verbose=0", f"--workdir={workdir}"])
-        self.assertNotEqual(done.returncode, 0)
-        self.assertIn("--restart", done.stderr)
+        self.assertNotEqual(code, 0)
+        self.assertIn("--restart", stderr)
         self.assertEqual(snapshot(workdir), before)
         results = train_lib.run(tiny_config(), workdir, verbose=0, restart=True)
         self.assertEqual(results["global_step"], 12)
@@ -431,12 +432,12 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
                                     r"reads the vocabulary of the run"):
             train_lib.run(config, workdir, verbose=0)
         self.assertFalse(workdir.exists())
-        done = run_script("trainers/train.py", [f"--workdir={workdir}",
-                                                f"--input_output_gate_on={base}"])
-        self.assertEqual(done.returncode, 1)
-        self.assertRegex(done.stderr, r"--input_output_gate_on=.*gate_base: .*gate_base has no "
-                                      r"vocab.txt")
-        self.assertNotIn("Traceback", done.stderr)
+        code, stderr = train_in_process([f"--workdir={workdir}",
+                                          f"--input_output_gate_on={base}"])
+        self.assertEqual(code, 1)
+        self.assertRegex(stderr, r"--input_output_gate_on=.*gate_base: .*gate_base has no "
+                                 r"vocab.txt")
+        self.assertNotIn("Traceback", stderr)
         self.assertFalse(workdir.exists())
         self.assertEqual(snapshot(base), before)
 
@@ -538,12 +539,12 @@ class CharOutputBaseTest(psmm_testing.TrainedRunTestCase):
                      rf"--workdir={killed}\) until it has one"),
         ]:
             with self.subTest(base=base.name):
-                done = run_script("trainers/train.py", [f"--char_output_on={base}",
-                                                        f"--workdir={workdir}"])
-                self.assertEqual(done.returncode, 1, done.stderr)
-                self.assertRegex(done.stderr, message)
-                self.assertNotIn("Traceback", done.stderr)
-                self.assertNotIn("model_source", done.stderr)
+                code, stderr = train_in_process([f"--char_output_on={base}",
+                                                  f"--workdir={workdir}"])
+                self.assertEqual(code, 1, stderr)
+                self.assertRegex(stderr, message)
+                self.assertNotIn("Traceback", stderr)
+                self.assertNotIn("model_source", stderr)
                 self.assertFalse(workdir.exists())
         self.assertEqual(snapshot(killed), before)
         self.assertEqual(note.read_text(), "not a run\n")

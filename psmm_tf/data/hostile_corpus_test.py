@@ -9,14 +9,13 @@ from pathlib import Path
 import tensorflow as tf
 
 from psmm_tf import configs
-from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests of its own
 from psmm_tf.data import corpus, corpus_setup
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.testing import snapshot, tiny_config
 from psmm_tf.training import run_setup, train_lib
 
 
-class CorpusSweepTest(psmm_testing.TrainedRunTestCase):
+class CorpusSweepTest(tf.test.TestCase):
     def assert_text_corpus_refused(self, folder, workdir, message):
         """A run on the text corpus in `folder` is refused with `message` (a regex), creating
         no `workdir` and leaving `folder` byte-identical."""

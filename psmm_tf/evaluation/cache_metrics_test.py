@@ -2,13 +2,11 @@
 equations."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-from psmm_tf import configs
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.neural_cache import (
     CacheSettings,
@@ -18,7 +16,7 @@ from psmm_tf.evaluation.neural_cache import (
 )
 from psmm_tf.evaluation.trained_run import load_trained_run
 from psmm_tf.models import registry
-from psmm_tf.training import train_lib
+from psmm_tf.testing import trained_tiny_run
 
 NUM_TOKENS = 61  # 60 targets, read in windows of 7 so the cache crosses window boundaries
 
@@ -54,15 +52,8 @@ class CacheMetricsTest(tf.test.TestCase, parameterized.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.base = Path(tf.compat.v1.test.get_temp_dir()) / "cache_metrics"
-        cls.workdirs = {}
-        for kind in registry.model_kinds():
-            workdir = cls.base / kind
-            config = configs.get_preset("tiny").replace(
-                model={"kind": kind}, data={"synthetic_train_tokens": 4000},
-                train={"steps_per_epoch": 2, "max_epochs": 1, "max_eval_tokens": 40})
-            train_lib.run(config, workdir, verbose=0)
-            cls.workdirs[kind] = workdir
+        # The tests' shared tiny runs (read, never written), one of each kind.
+        cls.workdirs = {kind: trained_tiny_run(kind) for kind in registry.model_kinds()}
 
     @parameterized.parameters(*registry.model_kinds())
     def test_matches_the_equations_token_by_token(self, kind):
