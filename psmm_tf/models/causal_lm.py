@@ -31,14 +31,22 @@ from keras import ops
 from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
+from psmm_tf.models.backbone import LSTMBackbone
 
-# A preset folder holds the model's `.keras` file and its metadata; a psmm-train run folder
-# (`psmm_tf.workdir`) holds the same model file, so it loads as a preset too.
+# A preset folder is keras-hub's layout (`save_to_preset`); a psmm-train run folder
+# (`psmm_tf.workdir`) holding the model's `.keras` file loads as a preset too.
 MODEL_FILE = "model.keras"
+PRESET_CONFIG_FILE = "config.json"
 PRESET_METADATA_FILE = "metadata.json"
+# Every file `save_to_preset` may write (and never replaces), `MODEL_FILE` included: a folder
+# holding one is some other preset or run.
+PRESET_FILES = (PRESET_CONFIG_FILE, PRESET_METADATA_FILE, "task.json", "task.weights.h5",
+                "model.weights.h5", "model.weights.json", "preprocessor.json", "tokenizer.json",
+                "assets", MODEL_FILE)
 # What `from_preset` and the errors about presets say a preset is.
-PRESET_DESCRIPTION = (f"a preset is a folder holding {MODEL_FILE} (written by save_to_preset, "
-                      "or a psmm-train run folder), or a .keras file")
+PRESET_DESCRIPTION = (f"a preset is a folder holding {PRESET_CONFIG_FILE} (written by "
+                      f"save_to_preset) or {MODEL_FILE} (a psmm-train run folder), or a .keras "
+                      "file")
 # The samplers `compile(sampler=...)` takes by name (keras-hub's, as `generate` drives them).
 SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam")
 # Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
@@ -63,6 +71,19 @@ def read_model_file(path, error=ValueError, advice=""):
                     f"format: {str(err).splitlines()[0][:200]}).{advice}") from None
 
 
+class _BackboneOfTheBaseOnly:
+    """keras-hub's `Task.backbone_cls`: `LSTMBackbone` on `RecurrentCausalLM`, None on the tasks.
+
+    `keras_hub.models.CausalLM.from_preset` picks the one registered `CausalLM` whose
+    `backbone_cls` is the preset's backbone class, then builds `task.json`'s class if it
+    subclasses that one: `RecurrentCausalLM`, the base of every task, is the one to pick.
+    """
+
+    def __get__(self, instance, owner):
+        return LSTMBackbone if owner is RecurrentCausalLM else None
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
 class RecurrentCausalLM(keras_hub.models.CausalLM):
     """Base of the package's tasks as keras-hub `CausalLM`s (see the module docstring).
 
@@ -71,6 +92,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     `empty_memory(batch_size)`.
     """
 
+    backbone_cls = _BackboneOfTheBaseOnly()
     # Plain attributes, not keras-hub's properties: Keras and TensorFlow track them under these
     # names, so checkpoints and `.keras` files keep the paths of earlier versions.
     backbone = None
@@ -337,42 +359,56 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         self.__dict__["_scoring_functions"] = {}
         self.generate_function = None
 
-    # --- presets ----------------------------------------------------------------------------
+    # --- presets ---------------------------------------------------------------------------
 
     @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """Loads a model from a preset folder (`save_to_preset`) or a psmm-train run folder.
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """Loads a model from a preset folder, a psmm-train run folder or a `.keras` file.
+
+        A folder written by `save_to_preset` is keras-hub's preset layout (`task.json`,
+        `config.json`, weights, tokenizer assets), which `keras_hub.models.CausalLM.from_preset`
+        and `keras_hub.models.Backbone.from_preset` open too.
 
         Args:
-            preset: a folder holding `model.keras` (a run folder of psmm-train, or a folder
-                written by `save_to_preset`) or a `.keras` file; a handle with a scheme
-                (`kaggle://`, `hf://`, ...) goes to keras-hub's loader.
-            **kwargs: `compile` (bool) and keras-hub's options for other handles.
+            preset: a folder holding keras-hub's `config.json` (`save_to_preset`) or a
+                `model.keras` (a psmm-train run folder, or an earlier `save_to_preset`), a
+                `.keras` file; a handle with a scheme (`kaggle://`, `hf://`, ...) goes to
+                keras-hub's loader.
+            load_weights: bool. False: the preset's architecture and vocabulary, new weights.
+            **kwargs: `dtype` (a Keras dtype policy of the loaded model; None: keras-hub's
+                rule, the global policy for a float preset) and keras-hub's other options.
 
         Raises:
             ValueError: the path does not exist, is a file other than a `.keras` file, a
-                symlink loop, or a folder holding no `model.keras`, or a model of another
-                class; the message names the path and what a preset holds.
+                symlink loop, or a folder holding no preset, or a model of another class; the
+                message names the path and what a preset holds.
         """
         path = os.fspath(preset)
-        if "://" in path:
-            return super().from_preset(preset, **kwargs)
-        model_file = _preset_model_file(path)
-        model = read_model_file(model_file, advice=f" (preset {path!r})")
+        if "://" in path or os.path.isfile(os.path.join(path, PRESET_CONFIG_FILE)):
+            # keras-hub's loader, asked for the common base: it builds task.json's class.
+            model = super(RecurrentCausalLM, RecurrentCausalLM).from_preset(
+                preset, load_weights=load_weights, **kwargs)
+        else:
+            model = _model_file_preset(path, load_weights, **kwargs)
         if not isinstance(model, cls):
             raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
                              f"{cls.__name__}.")
         return model
 
-    def save_to_preset(self, preset_dir):
-        """Writes the model (weights, config, vocabulary) to a preset folder that
-        `from_preset` loads: `model.keras` and `metadata.json`.
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """Writes the model to a preset folder in keras-hub's layout, which `from_preset` and
+        keras-hub's loaders (`keras_hub.models.CausalLM.from_preset`) load.
+
+        The folder holds `task.json` (the task's config), `task.weights.h5` (the head's
+        weights), `config.json` and `model.weights.h5` (the backbone), `preprocessor.json`,
+        `tokenizer.json` and `assets/tokenizer/vocabulary.txt` (the tokenizer's asset), and
+        `metadata.json` (keras-hub's, plus `psmm_tf_version` and `class_name`).
 
         Raises:
             ValueError: `preset_dir` names a `.keras` file (a preset is a folder; one file is
                 `model.save(path)`).
-            FileExistsError: `preset_dir` is a file, or holds a `model.keras` or a
-                `metadata.json` (never replaced); nothing is written.
+            FileExistsError: `preset_dir` is a file, or holds a file a preset is made of
+                (never replaced); nothing is written.
         """
         import importlib.metadata
         import json
@@ -380,23 +416,44 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         path = os.fspath(preset_dir)
         if path.endswith(".keras"):
             raise ValueError(f"save_to_preset({path!r}): a preset is a folder (of "
-                             f"{MODEL_FILE} and {PRESET_METADATA_FILE}), not a .keras file; to "
-                             f"write one .keras file use model.save({path!r}).")
+                             f"{PRESET_CONFIG_FILE}, weights and {PRESET_METADATA_FILE}), not a "
+                             f".keras file; to write one .keras file use model.save({path!r}).")
         if os.path.lexists(path) and not os.path.isdir(path):
             raise FileExistsError(f"save_to_preset: {path} exists and is not a folder; give an "
                                   "empty or new folder.")
-        for name in (MODEL_FILE, PRESET_METADATA_FILE):
+        for name in PRESET_FILES:
             if os.path.lexists(os.path.join(path, name)):
                 raise FileExistsError(f"{os.path.join(path, name)} exists: save_to_preset never "
                                       "replaces a file; give an empty or new folder.")
-        os.makedirs(path, exist_ok=True)
-        self.save(os.path.join(path, MODEL_FILE))
-        metadata = {"class_name": type(self).__name__,
-                    "psmm_tf_version": importlib.metadata.version("psmm_tf"),
-                    "keras_version": keras.__version__,
-                    "parameter_count": int(self.count_params())}
-        with open(os.path.join(path, PRESET_METADATA_FILE), "x") as f:
-            json.dump(metadata, f, indent=2)
+        super().save_to_preset(path, max_shard_size=max_shard_size)
+        metadata_file = os.path.join(path, PRESET_METADATA_FILE)
+        with open(metadata_file) as f:
+            metadata = json.load(f)
+        metadata.update(class_name=type(self).__name__,
+                        psmm_tf_version=importlib.metadata.version("psmm_tf"))
+        with open(metadata_file, "w") as f:
+            json.dump(metadata, f, indent=4)
+
+
+def _model_file_preset(path, load_weights=True, dtype=None, **kwargs):
+    """The model of a `model.keras` preset (a run folder, an earlier `save_to_preset`, a
+    `.keras` file), rebuilt under `dtype` and with new weights where asked."""
+    if kwargs:
+        raise ValueError(f"from_preset({path!r}, {', '.join(f'{k}=' for k in kwargs)}...): a "
+                         f"{MODEL_FILE} preset takes load_weights and dtype only.")
+    model = read_model_file(_preset_model_file(path), advice=f" (preset {path!r})")
+    if load_weights and dtype is None:
+        return model
+    config = model.get_config()
+    if dtype is not None:
+        backbone = dict(config["backbone"])
+        backbone["config"] = dict(backbone["config"], dtype=dtype)
+        config["backbone"] = backbone
+    rebuilt = type(model).from_config(dict(config, preprocessor=model.preprocessor))
+    if load_weights:
+        for new, old in zip(rebuilt.weights, model.weights):
+            new.assign(ops.cast(old, new.dtype))
+    return rebuilt
 
 
 def _preset_model_file(path):
@@ -413,7 +470,8 @@ def _preset_model_file(path):
     if os.path.isdir(path):
         model_file = os.path.join(path, MODEL_FILE)
         if not os.path.isfile(model_file):
-            raise ValueError(f"preset {path!r} holds no {MODEL_FILE}: {PRESET_DESCRIPTION}.")
+            raise ValueError(f"preset {path!r} holds no {PRESET_CONFIG_FILE} and no "
+                             f"{MODEL_FILE}: {PRESET_DESCRIPTION}.")
         return model_file
     if not path.endswith(".keras"):
         raise ValueError(f"preset {path!r} is a file, not a preset folder or a .keras file: "

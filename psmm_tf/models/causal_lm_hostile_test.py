@@ -76,9 +76,10 @@ class PresetTest(testing.TestCase):
         empty = os.path.join(tmp, "empty")
         os.makedirs(empty)
         before = _hashes(tmp)
-        what = r"a preset is a folder holding model.keras"
+        what = r"a preset is a folder holding config.json .* or model.keras"
         for path, why in ((notes, "is a file"), (os.path.join(tmp, "missing"), "does not exist"),
-                          (loop, "is a symlink loop"), (empty, "holds no model.keras")):
+                          (loop, "is a symlink loop"),
+                          (empty, "holds no config.json and no model.keras")):
             with self.assertRaisesRegex(ValueError, f"preset '{path}' {why}.*{what}"):
                 PointerSentinelLM.from_preset(path)
         self.assertEqual(_hashes(tmp), before)

@@ -1,5 +1,6 @@
 """The tasks as keras-hub CausalLMs: compile/fit, predict, generate, presets; every backend."""
 
+import json
 import os
 
 import keras
@@ -12,6 +13,7 @@ from keras import ops
 from psmm_tf import testing
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import (
+    LSTMBackbone,
     LSTMLanguageModel,
     PointerSentinelLM,
     PointerSoftmaxLM,
@@ -22,6 +24,13 @@ TASKS = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel),
          ("pointer_softmax", PointerSoftmaxLM))
 _task = testing.tiny_task
 _ids = testing.random_ids
+
+
+def _trained_looking(model, rng):
+    """`model` with random trainable weights (not those its seeds start from), returned."""
+    for weight in model.trainable_weights:
+        weight.assign(rng.normal(0.0, 0.3, size=weight.shape).astype("float32"))
+    return model
 
 
 def _cycles(rows, steps):
@@ -243,7 +252,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertTrue(set(" ".join(texts).split()) <= set(WORDS[2:]), texts)
 
     def test_from_preset_loads_a_saved_preset_and_a_run_folder(self):
-        model = _task()
+        model = _trained_looking(_task(), self.rng)
         preset = os.path.join(self.get_temp_dir(), "preset")
         model.save_to_preset(preset)
         with self.assertRaisesRegex(FileExistsError, "never replaces"):
@@ -256,10 +265,56 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             self.assertAllClose(loaded.score_text("w1 w2 w3")["log_probs"],
                                 model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
             self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
+            # load_weights=False: the architecture and vocabulary, the initial weights.
+            fresh = PointerSentinelLM.from_preset(path, load_weights=False)
+            self.assertEqual(fresh.preprocessor.vocabulary, Vocabulary(WORDS))
+            self.assertAllClose(fresh.trainable_weights[0], _task().trainable_weights[0])
+            self.assertNotAllClose(fresh.trainable_weights[0], model.trainable_weights[0])
+            mixed = PointerSentinelLM.from_preset(path, dtype="mixed_bfloat16")
+            self.assertEqual(mixed.backbone.lstm_layers[0].dtype_policy.name, "mixed_bfloat16")
+            self.assertEqual(mixed.vocab_head.dtype_policy.name, "mixed_bfloat16")
+            self.assertAllClose(mixed.score_text("w1 w2 w3")["log_probs"],
+                                model.score_text("w1 w2 w3")["log_probs"], atol=0.1)
         with self.assertRaisesRegex(ValueError, "holds a PointerSentinelLM, not a"):
             LSTMLanguageModel.from_preset(preset)
-        with self.assertRaisesRegex(ValueError, "holds no model.keras"):
+        with self.assertRaisesRegex(ValueError, "holds no config.json and no model.keras"):
             PointerSentinelLM.from_preset(self.get_temp_dir())
+
+    @parameterized.named_parameters(*TASKS)
+    def test_keras_hubs_loaders_open_a_saved_preset(self, cls):
+        model = _trained_looking(_task(cls), self.rng)
+        preset = os.path.join(self.get_temp_dir(), "preset")
+        model.save_to_preset(preset)
+        # keras-hub's layout: configs, the backbone's and the head's weights, the tokenizer's
+        # asset, and the metadata naming the task keras-hub lists for the backbone.
+        self.assertEqual(sorted(os.listdir(preset)),
+                         ["assets", "config.json", "metadata.json", "model.weights.h5",
+                          "preprocessor.json", "task.json", "task.weights.h5", "tokenizer.json"])
+        self.assertEqual(os.listdir(os.path.join(preset, "assets", "tokenizer")),
+                         ["vocabulary.txt"])
+        with open(os.path.join(preset, "metadata.json")) as f:
+            metadata = json.load(f)
+        self.assertEqual(metadata["tasks"], ["CausalLM"])
+        self.assertEqual(metadata["class_name"], cls.__name__)
+        texts = ["w1 w2 w3\nw4 w5", "w6"]
+        loaded = keras_hub.models.CausalLM.from_preset(preset)
+        self.assertIs(type(loaded), cls)
+        self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
+        self.assertAllClose(loaded.score_text(texts)["log_probs"],
+                            model.score_text(texts)["log_probs"], atol=1e-6)
+        fresh = keras_hub.models.CausalLM.from_preset(preset, load_weights=False)
+        for weight in (fresh.backbone.trainable_weights[0], fresh.vocab_head.trainable_weights[0]):
+            saved = {w.path: w for w in model.trainable_weights}[weight.path]
+            self.assertNotAllClose(weight, saved, msg=weight.path)
+        mixed = keras_hub.models.CausalLM.from_preset(preset, dtype="mixed_bfloat16")
+        self.assertEqual(mixed.vocab_head.dtype_policy.name, "mixed_bfloat16")
+        self.assertEqual(mixed.backbone.embedding.dtype_policy.name, "mixed_bfloat16")
+        backbone = keras_hub.models.Backbone.from_preset(preset)
+        self.assertIsInstance(backbone, LSTMBackbone)
+        for a, b in zip(backbone.weights, model.backbone.weights):
+            self.assertAllEqual(a, b, msg=a.path)
+        half = keras_hub.models.Backbone.from_preset(preset, dtype="mixed_float16")
+        self.assertEqual(half.lstm_layers[1].compute_dtype, "float16")
 
     def test_a_loaded_model_fine_tunes_with_fit(self):
         model = _task()
