@@ -316,6 +316,22 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         half = keras_hub.models.Backbone.from_preset(preset, dtype="mixed_float16")
         self.assertEqual(half.lstm_layers[1].compute_dtype, "float16")
 
+    @parameterized.named_parameters(*TASKS)
+    def test_export_writes_a_saved_model_serving_predicts_mixture(self, cls):
+        # Keras' export (jax2tf on JAX): `serve` takes the preprocessor's inputs and returns
+        # predict's log-probabilities, pointer included, for rows of two lengths.
+        model = _trained_looking(_task(cls), self.rng)
+        path = os.path.join(self.get_temp_dir(), "saved_model")
+        model.export(path, verbose=False)
+        inputs = model.preprocessor(["w1 w2 w3 w1 w2", "w4"])[0]
+        reloaded = tf.saved_model.load(path)  # held: its functions read its variables
+        served = reloaded.serve(
+            {name: tf.constant(ops.convert_to_numpy(value)) for name, value in inputs.items()})
+        predicted = model.predict(inputs, verbose=0)
+        self.assertEqual(served.shape, (2, 12, len(WORDS)))
+        self.assertAllClose(served, predicted, atol=1e-5)
+        self.assertAllClose(np.exp(served).sum(-1), np.ones((2, 12)), atol=1e-5)
+
     def test_a_loaded_model_fine_tunes_with_fit(self):
         model = _task()
         path = os.path.join(self.get_temp_dir(), "model.keras")
