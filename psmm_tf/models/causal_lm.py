@@ -20,7 +20,9 @@ instead carries both across the consecutive windows of each stream (truncated BP
 seeing across window boundaries); docs/design_notes.md compares the two.
 """
 
+import errno
 import os
+import tempfile
 import zipfile
 
 import keras
@@ -52,6 +54,8 @@ SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam")
 # Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
 _LOSS_NAMES = {name: lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
                for name in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")}
+# The errors of a write that found the disk (or the quota) full.
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # The longest `generate(max_length=...)`: reading the prompt forms `(batch_size, max_length, V)`
 # log-probabilities, so an unbounded length is unbounded memory.
 MAX_GENERATE_LENGTH = 4096
@@ -63,10 +67,16 @@ def read_model_file(path, error=ValueError, advice=""):
     Raises:
         `error`: the file is truncated, damaged or not a `.keras` file; the message names it
             and ends with `advice`.
+        OSError: the disk is full (ENOSPC, EDQUOT, EFBIG): reading a `.keras` file unpacks it
+            into the temporary folder (the error's `filename`); the message says so.
     """
     try:  # psmm_tf.models, imported before this module, registers the classes
         return keras.saving.load_model(path)
     except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as err:
+        if isinstance(err, OSError) and err.errno in _DISK_FULL_ERRNOS:
+            raise OSError(err.errno, f"out of disk space ({err.strerror}) unpacking {path} "
+                          "to read it: free space in the temporary folder, or set TMPDIR to a "
+                          "folder with room", tempfile.gettempdir()) from None
         raise error(f"{path} cannot be read as a .keras model (truncated, damaged or another "
                     f"format: {str(err).splitlines()[0][:200]}).{advice}") from None
 
@@ -310,8 +320,26 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                     f"{given} leaves no position to generate: the longest prompt holds "
                     f"{longest} tokens (its words and the leading <eos>); give a max_length > "
                     f"{longest} (prompt and generated words together).")
+        if self.preprocessor is not None and _is_text_list(inputs):
+            return self._generate_texts(inputs, max_length, stop_token_ids, strip_prompt)
         return super().generate(inputs, max_length=max_length, stop_token_ids=stop_token_ids,
                                 strip_prompt=strip_prompt)
+
+    def _generate_texts(self, inputs, max_length, stop_token_ids, strip_prompt):
+        """keras-hub's `generate` on a str or a list of str, each prompt's words outside the
+        vocabulary kept (ids >= V, which the pointer copies) and spelt back in the output."""
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        prompts, unknown_words = self.preprocessor.open_vocabulary_prompts(
+            texts, sequence_length=max_length)
+        if isinstance(stop_token_ids, str):  # "auto"
+            stop_token_ids = [self.preprocessor.tokenizer.end_token_id]
+        outputs = self.make_generate_function()(
+            prompts, stop_token_ids=None if stop_token_ids is None else tuple(stop_token_ids))
+        if strip_prompt:
+            outputs = _generated_part(outputs, prompts)
+        generated = self.preprocessor.generate_postprocess(
+            outputs, unknown_words=unknown_words, prompt_included=not strip_prompt)
+        return generated[0] if isinstance(inputs, str) else generated
 
     def generate_step(self, inputs, stop_token_ids=None):
         """Fills each row's positions after its prompt, one token per step.
@@ -335,15 +363,25 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         index = ops.maximum(ops.min(ops.sum(ops.cast(prompt_mask, "int32"), axis=1)), 1)
         positions = ops.arange(length, dtype="int32")[None, :]
         read = ops.broadcast_to(positions < index - 1, ops.shape(token_ids))
-        prefix = self(token_ids, token_mask=read, state=self.zero_state(batch_size),
-                      memory=self.empty_memory(batch_size), training=False)
+        # The open vocabulary: ids >= V (a prompt's words outside the vocabulary) are read as
+        # `<unk>` and kept as the keys' ids, so the pointer copies them; the distribution
+        # spans V + S ids (the softmax gives the S extra ones nothing).
+        extra_ids = (token_ids.shape[1] or 0) if getattr(self, "has_pointer", False) else 0
+        unknown = self._unknown_id()
+
+        def step(ids, state, memory, mask=None):
+            return self(ops.where(ids >= self.vocab_size, unknown, ids), token_mask=mask,
+                        state=state, memory=memory, key_ids=ids, training=False)
+
+        prefix = step(token_ids, self.zero_state(batch_size), self.empty_memory(batch_size),
+                      mask=read)
 
         def next_token(prompt, cache, index):
             state, memory = cache
             # The sampler may widen the batch (beam search: rows x beams).
             token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
-            outputs = self(token, state=state, memory=memory, training=False)
-            return (self.log_distribution(outputs)[:, 0], outputs["hidden"][:, 0],
+            outputs = step(token, state, memory)
+            return (self.log_distribution(outputs, extra_ids)[:, 0], outputs["hidden"][:, 0],
                     (outputs["state"], outputs["memory"]))
 
         token_ids = self.sampler(next=next_token, prompt=token_ids,
@@ -351,6 +389,13 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                                  mask=prompt_mask, stop_token_ids=stop_token_ids, model=self)
         return {"token_ids": token_ids,
                 "padding_mask": _up_to_first_stop(token_ids, prompt_mask, stop_token_ids)}
+
+    def _unknown_id(self):
+        """The id of `<unk>`: the preprocessor's, else 0 (where built vocabularies put it)."""
+        tokenizer = getattr(self.preprocessor, "tokenizer", None)
+        if tokenizer is not None and tokenizer.vocabulary is not None:
+            return tokenizer.unk_token_id
+        return 0
 
     def reset_compiled_functions(self):
         """Drops the model's cached compiled functions (`score`'s, `generate`'s), so the next
@@ -492,8 +537,6 @@ def _preset_model_file(path):
     try:
         os.stat(path)
     except OSError as err:
-        import errno
-
         what = ("is a symlink loop" if err.errno == errno.ELOOP else
                 "does not exist" if err.errno == errno.ENOENT else
                 f"cannot be read ({err.strerror})")
@@ -672,6 +715,26 @@ def fit_targets(x, y, sample_weight):
     if sample_weight is None:
         sample_weight = ops.ones(ops.shape(y), "float32")
     return ops.cast(y, "int32"), ops.cast(sample_weight, "float32")
+
+
+def _is_text_list(inputs):
+    return isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and bool(inputs)
+                                       and all(isinstance(text, str) for text in inputs))
+
+
+def _generated_part(outputs, prompts):
+    """keras-hub's `strip_prompt`: each row's generated tokens moved to its start (and its
+    mask True on them only)."""
+    prompt_mask = ops.convert_to_tensor(prompts["padding_mask"], "bool")
+    length = ops.shape(prompt_mask)[1]
+    shifts = ops.sum(ops.cast(prompt_mask, "int32"), axis=1)
+    index = ops.mod(ops.arange(length, dtype="int32")[None, :] + shifts[:, None], length)
+
+    def roll(values):
+        return ops.take_along_axis(ops.convert_to_tensor(values), index, axis=1)
+
+    return {"token_ids": roll(outputs["token_ids"]),
+            "padding_mask": ops.logical_xor(roll(prompt_mask), roll(outputs["padding_mask"]))}
 
 
 def _up_to_first_stop(token_ids, prompt_mask, stop_token_ids):
