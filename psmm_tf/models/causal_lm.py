@@ -12,7 +12,8 @@ output is a dict (softmax logits, attention, gate):
 - metrics and `predict` see the mixture's log-probabilities `(batch_size, T, V)`, pointer
   included, never the softmax's logits alone;
 - `generate_step` reads the prompt once and then one token per step, carrying the state and the
-  memory of the last `L - 1` hidden states, so the pointer copies words of the prompt.
+  memory of the last `L - 1` hidden states, so the pointer copies words of the prompt, those
+  outside the vocabulary included (ids `V + j`, read as `<unk>`; `_generate_texts`).
 
 What `fit` does with state and memory: every row of a batch is a text of its own, read from the
 zero state with an empty memory, as keras-hub's causal LMs read theirs. psmm-train's trainer
@@ -97,9 +98,9 @@ class _BackboneOfTheBaseOnly:
 class RecurrentCausalLM(keras_hub.models.CausalLM):
     """Base of the package's tasks as keras-hub `CausalLM`s (see the module docstring).
 
-    Subclasses provide `call(token_ids, token_mask=, state=, memory=, training=)` returning a
-    dict with `state` and `memory`, `log_distribution(outputs)`, `zero_state(batch_size)` and
-    `empty_memory(batch_size)`.
+    Subclasses provide `call(token_ids, token_mask=, state=, memory=, key_ids=, training=)`
+    returning a dict with `state` and `memory`, `log_distribution(outputs, extra_ids=0)`,
+    `zero_state(batch_size)` and `empty_memory(batch_size)`.
     """
 
     backbone_cls = _BackboneOfTheBaseOnly()
@@ -296,8 +297,10 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         """keras-hub's `generate`, its arguments checked first.
 
         Args:
-            inputs: prompts (a str, a list of str; ids as a dict of `token_ids` and
-                `padding_mask` `(batch_size, S)` with `preprocessor=None`) or a dataset.
+            inputs: prompts (a str, a list of str: their words outside the vocabulary are
+                kept and may be copied; ids as a dict of `token_ids` and `padding_mask`
+                `(batch_size, S)` with `preprocessor=None`, ids `V + j` read as `<unk>` and
+                copied as themselves) or a dataset.
             max_length: optional int in `[2, MAX_GENERATE_LENGTH]`: tokens of prompt (its
                 leading `<eos>` included) and generated words together; it must exceed the
                 longest prompt's length (default: the preprocessor's `sequence_length`).
@@ -326,8 +329,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                                 strip_prompt=strip_prompt)
 
     def _generate_texts(self, inputs, max_length, stop_token_ids, strip_prompt):
-        """keras-hub's `generate` on a str or a list of str, each prompt's words outside the
-        vocabulary kept (ids >= V, which the pointer copies) and spelt back in the output."""
+        """keras-hub's three passes (preprocess, `generate_function`, postprocess) on a str or
+        a list of str, each prompt's words outside the vocabulary kept (ids >= V, which the
+        pointer copies) and spelt back in the output."""
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         prompts, unknown_words = self.preprocessor.open_vocabulary_prompts(
             texts, sequence_length=max_length)
