@@ -30,22 +30,25 @@ import keras
 import keras_hub
 import numpy as np
 from keras import ops
+from keras_hub.src.utils import preset_utils
 
 from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 from psmm_tf.models.backbone import LSTMBackbone
 
-# A preset folder is keras-hub's layout (`save_to_preset`); a psmm-train run folder
-# (`psmm_tf.workdir`) holding the model's `.keras` file loads as a preset too.
+# A preset folder is keras-hub's layout (`save_to_preset`), its names keras-hub's; a psmm-train
+# run folder (`psmm_tf.workdir`) holding the model's `.keras` file loads as a preset too.
 MODEL_FILE = "model.keras"
-PRESET_CONFIG_FILE = "config.json"
-PRESET_METADATA_FILE = "metadata.json"
+PRESET_CONFIG_FILE = preset_utils.CONFIG_FILE
+PRESET_METADATA_FILE = preset_utils.METADATA_FILE
 # Every file `save_to_preset` may write (and never replaces), `MODEL_FILE` included: a folder
 # holding one is some other preset or run.
-PRESET_FILES = (PRESET_CONFIG_FILE, PRESET_METADATA_FILE, "task.json", "task.weights.h5",
-                "model.weights.h5", "model.weights.json", "preprocessor.json", "tokenizer.json",
-                "assets", MODEL_FILE)
+PRESET_FILES = (PRESET_CONFIG_FILE, PRESET_METADATA_FILE, preset_utils.TASK_CONFIG_FILE,
+                preset_utils.TASK_WEIGHTS_FILE, preset_utils.MODEL_WEIGHTS_FILE,
+                preset_utils.SHARDED_MODEL_WEIGHTS_CONFIG_FILE,
+                preset_utils.PREPROCESSOR_CONFIG_FILE, preset_utils.TOKENIZER_CONFIG_FILE,
+                preset_utils.ASSET_DIR, MODEL_FILE)
 # What `from_preset` and the errors about presets say a preset is.
 PRESET_DESCRIPTION = (f"a preset is a folder holding {PRESET_CONFIG_FILE} (written by "
                       f"save_to_preset) or {MODEL_FILE} (a psmm-train run folder), or a .keras "
