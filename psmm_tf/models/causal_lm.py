@@ -472,10 +472,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             model = super(RecurrentCausalLM, RecurrentCausalLM).from_preset(
                 preset, load_weights=load_weights, **kwargs)
         else:
-            model = _model_file_preset(path, load_weights, **kwargs)
-        if not isinstance(model, cls):
-            raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
-                             f"{cls.__name__}.")
+            model = _model_file_preset(path, cls, load_weights, **kwargs)
+        _check_preset_class(model, cls, path)
         return model
 
     def save_to_preset(self, preset_dir, max_shard_size=10):
@@ -518,13 +516,20 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             json.dump(metadata, f, indent=4)
 
 
-def _model_file_preset(path, load_weights=True, dtype=None, **kwargs):
-    """The model of a `model.keras` preset (a run folder, an earlier `save_to_preset`, a
+def _check_preset_class(model, cls, path):
+    if not isinstance(model, cls):
+        raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
+                         f"{cls.__name__}.")
+
+
+def _model_file_preset(path, cls, load_weights=True, dtype=None, **kwargs):
+    """The `cls` model of a `model.keras` preset (a run folder, an earlier `save_to_preset`, a
     `.keras` file), rebuilt under `dtype` and with new weights where asked."""
     if kwargs:
         raise ValueError(f"from_preset({path!r}, {', '.join(f'{k}=' for k in kwargs)}...): a "
                          f"{MODEL_FILE} preset takes load_weights and dtype only.")
     model = read_model_file(_preset_model_file(path), advice=f" (preset {path!r})")
+    _check_preset_class(model, cls, path)
     if load_weights and dtype is None:
         return model
     config = model.get_config()

@@ -319,8 +319,12 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             self.assertEqual(mixed.vocab_head.dtype_policy.name, "mixed_bfloat16")
             self.assertAllClose(mixed.score_text("w1 w2 w3")["log_probs"],
                                 model.score_text("w1 w2 w3")["log_probs"], atol=0.1)
-        with self.assertRaisesRegex(ValueError, "holds a PointerSentinelLM, not a"):
-            LSTMLanguageModel.from_preset(preset)
+        for path, options in ((preset, {}), (run, {"dtype": "mixed_bfloat16"}),
+                              (run, {"load_weights": False})):
+            with self.assertRaisesRegex(ValueError, "holds a PointerSentinelLM, not a"):
+                LSTMLanguageModel.from_preset(path, **options)
+        with self.assertRaisesRegex(ValueError, "takes load_weights and dtype only"):
+            PointerSentinelLM.from_preset(run, num_classes=2)
         with self.assertRaisesRegex(ValueError, "holds no config.json and no model.keras"):
             PointerSentinelLM.from_preset(self.get_temp_dir())
 
