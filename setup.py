@@ -87,6 +87,9 @@ setup(
         "numpy",
     ],
     extras_require={
+        # keras.callbacks.TensorBoard in `fit` (tf.summary.scalar needs it; TensorFlow 2.21 no
+        # longer installs it). psmm-train writes its TensorBoard logs without it.
+        "tensorboard": ["tensorboard>=2.16"],
         # The Figure 4 chart (frequency_buckets.png) of psmm-evaluate --baseline_workdir.
         "plots": ["matplotlib"],
         # setuptools and wheel: tests/packaging_test.py builds the wheel without isolation.

@@ -6,7 +6,9 @@ import contextlib
 import http.server
 import io
 import shutil
+import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ from psmm_tf.export import score, testing
 from psmm_tf.export.clients import RestClient, ServingError
 from psmm_tf.export.serving_module import DEFAULT_MAX_TOKENS
 from psmm_tf.testing import (
+    start_script,
     truncate,
 )
 
@@ -53,6 +56,46 @@ class _Trickle(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class _Hang(http.server.BaseHTTPRequestHandler):
+    """Takes the request, tells the test, and answers nothing until the test ends."""
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.arrived.set()
+        self.server.stop.wait(120)
+
+    def log_message(self, *args):
+        pass
+
+
+class InterruptTest(tf.test.TestCase):
+    def test_ctrl_c_while_a_request_waits_is_one_line_and_exit_130(self):
+        # Issue 50: Ctrl-C in psmm-score was a KeyboardInterrupt traceback.
+        server = http.server.HTTPServer(("127.0.0.1", 0), _Hang)
+        server.arrived, server.stop = threading.Event(), threading.Event()
+        thread = threading.Thread(target=server.handle_request, daemon=True)
+        thread.start()
+        text = Path(self.get_temp_dir()) / "text.txt"
+        text.write_text("the cat sat\n")
+        child = start_script("export/score.py", [
+            f"--rest=http://127.0.0.1:{server.server_address[1]}", "--timeout=100",
+            f"--input={text}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertTrue(server.arrived.wait(240), "psmm-score sent no request")
+            child.send_signal(signal.SIGINT)
+            _, stderr = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+            server.stop.set()
+            thread.join(10)
+            server.server_close()
+        self.assertEqual(child.returncode, 130, stderr)
+        self.assertNotIn("Traceback", stderr)
+        self.assertNotIn("KeyboardInterrupt", stderr)
+        self.assertIn("psmm-score: interrupted (Ctrl-C)", stderr)
 
 
 class RestDeadlineTest(tf.test.TestCase):

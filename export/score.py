@@ -23,7 +23,7 @@ per line (`line`, `tokens`, `log_probs`, `gate`, `num_tokens`, `log_likelihood`,
 `perplexity`), then a `{"total": {...}}` object.
 
 Exactly one of --model, --rest and --grpc is given. Flag errors and unreadable inputs exit
-with status 2, a failed request with 1.
+with status 2, a failed request with 1, Ctrl-C with 130.
 """
 
 import sys
@@ -77,6 +77,8 @@ def main(argv=None, out=None):
         argv: the arguments after the program name (default: `sys.argv[1:]`).
         out: where the scores go (default: stdout).
 
+    Ctrl-C (KeyboardInterrupt) returns `cli.INTERRUPTED_STATUS` (130) after one line on stderr.
+
     Raises:
         SystemExit: --help, --version (status 0) or a flag error (status 2, the message on
             stderr), as `psmm_tf.cli.parse` handles them.
@@ -87,7 +89,13 @@ def main(argv=None, out=None):
     if len(remaining) > 1:
         print(f"psmm-score: unexpected arguments: {' '.join(remaining[1:])}", file=sys.stderr)
         return 2
-    return score_lib.run(out=out, **{name: SCORE_FLAGS[name].value for name in score_lib.OPTIONS})
+    try:
+        return score_lib.run(out=out,
+                             **{name: SCORE_FLAGS[name].value for name in score_lib.OPTIONS})
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status, no traceback
+        print(f"\n{PROGRAM}: interrupted (Ctrl-C); the lines written before it are complete.",
+              file=sys.stderr, flush=True)
+        return cli.INTERRUPTED_STATUS
 
 
 if __name__ == "__main__":

@@ -117,8 +117,9 @@ class ZoneoutLSTM(keras.layers.Layer):
 
         def bias_initializer(shape, dtype=None):
             # Gates i, f, g, o; the forget gate's bias at 1 with unit_forget_bias.
-            forget = ops.ones((units,)) if self.unit_forget_bias else ops.zeros((units,))
-            return ops.concatenate([ops.zeros((units,)), forget, ops.zeros((2 * units,))])
+            forget = (ops.ones if self.unit_forget_bias else ops.zeros)((units,), dtype=dtype)
+            zeros = ops.zeros((units,), dtype=dtype)
+            return ops.concatenate([zeros, forget, zeros, zeros])
 
         self.bias = self.add_weight(name="bias", shape=(4 * units,), initializer=bias_initializer)
 

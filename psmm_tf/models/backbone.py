@@ -128,6 +128,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
             setattr(self, f"locked_dropout_{i}",
                     LockedDropout(rate, seed=sub_seed(40 + i), name=f"locked_dropout_{i}",
                                   dtype=policy))
+        # Built now, as keras-hub's backbones are: `Backbone.from_preset` loads weights into it.
+        self.build()
 
     @property
     def token_embedding(self):
@@ -149,8 +151,9 @@ class LSTMBackbone(keras_hub.models.Backbone):
             self.embedding.build((None, None))
         input_dim = self.embedding_dim
         for layer, dropout in zip(self.lstm_layers, self.dropouts):
-            dropout.build((None, None, input_dim))
-            layer.build((None, None, input_dim))
+            for sublayer in (dropout, layer):
+                if not sublayer.built:
+                    sublayer.build((None, None, input_dim))
             input_dim = self.hidden_dim
         self.built = True
 

@@ -12,7 +12,8 @@ output is a dict (softmax logits, attention, gate):
 - metrics and `predict` see the mixture's log-probabilities `(batch_size, T, V)`, pointer
   included, never the softmax's logits alone;
 - `generate_step` reads the prompt once and then one token per step, carrying the state and the
-  memory of the last `L - 1` hidden states, so the pointer copies words of the prompt.
+  memory of the last `L - 1` hidden states, so the pointer copies words of the prompt, those
+  outside the vocabulary included (ids `V + j`, read as `<unk>`; `_generate_texts`).
 
 What `fit` does with state and memory: every row of a batch is a text of its own, read from the
 zero state with an empty memory, as keras-hub's causal LMs read theirs. psmm-train's trainer
@@ -20,30 +21,45 @@ instead carries both across the consecutive windows of each stream (truncated BP
 seeing across window boundaries); docs/design_notes.md compares the two.
 """
 
+import errno
 import os
+import tempfile
 import zipfile
 
 import keras
 import keras_hub
 import numpy as np
 from keras import ops
+from keras_hub.src.utils import preset_utils
 
 from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
+from psmm_tf.models.backbone import LSTMBackbone
 
-# A preset folder holds the model's `.keras` file and its metadata; a psmm-train run folder
-# (`psmm_tf.workdir`) holds the same model file, so it loads as a preset too.
+# A preset folder is keras-hub's layout (`save_to_preset`), its names keras-hub's; a psmm-train
+# run folder (`psmm_tf.workdir`) holding the model's `.keras` file loads as a preset too.
 MODEL_FILE = "model.keras"
-PRESET_METADATA_FILE = "metadata.json"
+PRESET_CONFIG_FILE = preset_utils.CONFIG_FILE
+PRESET_METADATA_FILE = preset_utils.METADATA_FILE
+# Every file `save_to_preset` may write (and never replaces), `MODEL_FILE` included: a folder
+# holding one is some other preset or run.
+PRESET_FILES = (PRESET_CONFIG_FILE, PRESET_METADATA_FILE, preset_utils.TASK_CONFIG_FILE,
+                preset_utils.TASK_WEIGHTS_FILE, preset_utils.MODEL_WEIGHTS_FILE,
+                preset_utils.SHARDED_MODEL_WEIGHTS_CONFIG_FILE,
+                preset_utils.PREPROCESSOR_CONFIG_FILE, preset_utils.TOKENIZER_CONFIG_FILE,
+                preset_utils.ASSET_DIR, MODEL_FILE)
 # What `from_preset` and the errors about presets say a preset is.
-PRESET_DESCRIPTION = (f"a preset is a folder holding {MODEL_FILE} (written by save_to_preset, "
-                      "or a psmm-train run folder), or a .keras file")
+PRESET_DESCRIPTION = (f"a preset is a folder holding {PRESET_CONFIG_FILE} (written by "
+                      f"save_to_preset) or {MODEL_FILE} (a psmm-train run folder), or a .keras "
+                      "file")
 # The samplers `compile(sampler=...)` takes by name (keras-hub's, as `generate` drives them).
 SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam")
 # Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
 _LOSS_NAMES = {name: lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
                for name in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")}
+# The errors of a write that found the disk (or the quota) full.
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # The longest `generate(max_length=...)`: reading the prompt forms `(batch_size, max_length, V)`
 # log-probabilities, so an unbounded length is unbounded memory.
 MAX_GENERATE_LENGTH = 4096
@@ -55,22 +71,42 @@ def read_model_file(path, error=ValueError, advice=""):
     Raises:
         `error`: the file is truncated, damaged or not a `.keras` file; the message names it
             and ends with `advice`.
+        OSError: the disk is full (ENOSPC, EDQUOT, EFBIG): reading a `.keras` file unpacks it
+            into the temporary folder (the error's `filename`); the message says so.
     """
     try:  # psmm_tf.models, imported before this module, registers the classes
         return keras.saving.load_model(path)
     except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as err:
+        if isinstance(err, OSError) and err.errno in _DISK_FULL_ERRNOS:
+            raise OSError(err.errno, f"out of disk space ({err.strerror}) unpacking {path} "
+                          "to read it: free space in the temporary folder, or set TMPDIR to a "
+                          "folder with room", tempfile.gettempdir()) from None
         raise error(f"{path} cannot be read as a .keras model (truncated, damaged or another "
                     f"format: {str(err).splitlines()[0][:200]}).{advice}") from None
 
 
+class _BackboneOfTheBaseOnly:
+    """keras-hub's `Task.backbone_cls`: `LSTMBackbone` on `RecurrentCausalLM`, None on the tasks.
+
+    `keras_hub.models.CausalLM.from_preset` picks the one registered `CausalLM` whose
+    `backbone_cls` is the preset's backbone class, then builds `task.json`'s class if it
+    subclasses that one: `RecurrentCausalLM`, the base of every task, is the one to pick.
+    """
+
+    def __get__(self, instance, owner):
+        return LSTMBackbone if owner is RecurrentCausalLM else None
+
+
+@keras.saving.register_keras_serializable(package="psmm_tf")
 class RecurrentCausalLM(keras_hub.models.CausalLM):
     """Base of the package's tasks as keras-hub `CausalLM`s (see the module docstring).
 
-    Subclasses provide `call(token_ids, token_mask=, state=, memory=, training=)` returning a
-    dict with `state` and `memory`, `log_distribution(outputs)`, `zero_state(batch_size)` and
-    `empty_memory(batch_size)`.
+    Subclasses provide `call(token_ids, token_mask=, state=, memory=, key_ids=, training=)`
+    returning a dict with `state` and `memory`, `log_distribution(outputs, extra_ids=0)`,
+    `zero_state(batch_size)` and `empty_memory(batch_size)`.
     """
 
+    backbone_cls = _BackboneOfTheBaseOnly()
     # Plain attributes, not keras-hub's properties: Keras and TensorFlow track them under these
     # names, so checkpoints and `.keras` files keep the paths of earlier versions.
     backbone = None
@@ -264,8 +300,10 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         """keras-hub's `generate`, its arguments checked first.
 
         Args:
-            inputs: prompts (a str, a list of str; ids as a dict of `token_ids` and
-                `padding_mask` `(batch_size, S)` with `preprocessor=None`) or a dataset.
+            inputs: prompts (a str, a list of str: their words outside the vocabulary are
+                kept and may be copied; ids as a dict of `token_ids` and `padding_mask`
+                `(batch_size, S)` with `preprocessor=None`, ids `V + j` read as `<unk>` and
+                copied as themselves) or a dataset.
             max_length: optional int in `[2, MAX_GENERATE_LENGTH]`: tokens of prompt (its
                 leading `<eos>` included) and generated words together; it must exceed the
                 longest prompt's length (default: the preprocessor's `sequence_length`).
@@ -288,8 +326,27 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                     f"{given} leaves no position to generate: the longest prompt holds "
                     f"{longest} tokens (its words and the leading <eos>); give a max_length > "
                     f"{longest} (prompt and generated words together).")
+        if self.preprocessor is not None and _is_text_list(inputs):
+            return self._generate_texts(inputs, max_length, stop_token_ids, strip_prompt)
         return super().generate(inputs, max_length=max_length, stop_token_ids=stop_token_ids,
                                 strip_prompt=strip_prompt)
+
+    def _generate_texts(self, inputs, max_length, stop_token_ids, strip_prompt):
+        """keras-hub's three passes (preprocess, `generate_function`, postprocess) on a str or
+        a list of str, each prompt's words outside the vocabulary kept (ids >= V, which the
+        pointer copies) and spelt back in the output."""
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        prompts, unknown_words = self.preprocessor.open_vocabulary_prompts(
+            texts, sequence_length=max_length)
+        if isinstance(stop_token_ids, str):  # "auto"
+            stop_token_ids = [self.preprocessor.tokenizer.end_token_id]
+        outputs = self.make_generate_function()(
+            prompts, stop_token_ids=None if stop_token_ids is None else tuple(stop_token_ids))
+        if strip_prompt:
+            outputs = _generated_part(outputs, prompts)
+        generated = self.preprocessor.generate_postprocess(
+            outputs, unknown_words=unknown_words, prompt_included=not strip_prompt)
+        return generated[0] if isinstance(inputs, str) else generated
 
     def generate_step(self, inputs, stop_token_ids=None):
         """Fills each row's positions after its prompt, one token per step.
@@ -313,15 +370,25 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         index = ops.maximum(ops.min(ops.sum(ops.cast(prompt_mask, "int32"), axis=1)), 1)
         positions = ops.arange(length, dtype="int32")[None, :]
         read = ops.broadcast_to(positions < index - 1, ops.shape(token_ids))
-        prefix = self(token_ids, token_mask=read, state=self.zero_state(batch_size),
-                      memory=self.empty_memory(batch_size), training=False)
+        # The open vocabulary: ids >= V (a prompt's words outside the vocabulary) are read as
+        # `<unk>` and kept as the keys' ids, so the pointer copies them; the distribution
+        # spans V + S ids (the softmax gives the S extra ones nothing).
+        extra_ids = (token_ids.shape[1] or 0) if getattr(self, "has_pointer", False) else 0
+        unknown = self._unknown_id()
+
+        def step(ids, state, memory, mask=None):
+            return self(ops.where(ids >= self.vocab_size, unknown, ids), token_mask=mask,
+                        state=state, memory=memory, key_ids=ids, training=False)
+
+        prefix = step(token_ids, self.zero_state(batch_size), self.empty_memory(batch_size),
+                      mask=read)
 
         def next_token(prompt, cache, index):
             state, memory = cache
             # The sampler may widen the batch (beam search: rows x beams).
             token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
-            outputs = self(token, state=state, memory=memory, training=False)
-            return (self.log_distribution(outputs)[:, 0], outputs["hidden"][:, 0],
+            outputs = step(token, state, memory)
+            return (self.log_distribution(outputs, extra_ids)[:, 0], outputs["hidden"][:, 0],
                     (outputs["state"], outputs["memory"]))
 
         token_ids = self.sampler(next=next_token, prompt=token_ids,
@@ -330,6 +397,13 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         return {"token_ids": token_ids,
                 "padding_mask": _up_to_first_stop(token_ids, prompt_mask, stop_token_ids)}
 
+    def _unknown_id(self):
+        """The id of `<unk>`: the preprocessor's, else 0 (where built vocabularies put it)."""
+        tokenizer = getattr(self.preprocessor, "tokenizer", None)
+        if tokenizer is not None and tokenizer.vocabulary is not None:
+            return tokenizer.unk_token_id
+        return 0
+
     def reset_compiled_functions(self):
         """Drops the model's cached compiled functions (`score`'s, `generate`'s), so the next
         call traces them again: a setter that changes what a trace baked in (a Python
@@ -337,42 +411,85 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         self.__dict__["_scoring_functions"] = {}
         self.generate_function = None
 
-    # --- presets ----------------------------------------------------------------------------
+    # --- export ---------------------------------------------------------------------------
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """Keras' `export`; a SavedModel's `serve` endpoint returns what `predict` does.
+
+        With `format="tf_saved_model"` and no `input_signature`, `serve` takes keras-hub's
+        inputs, `{"token_ids": int32, "padding_mask": bool}` `(batch_size, T)` (the
+        preprocessor's), read from the zero state with an empty memory, and returns the
+        mixture's log-probabilities `(batch_size, T, V)`, pointer included (`predict`'s), not
+        the call's dict. On JAX the SavedModel is written through jax2tf (TensorFlow needed).
+        Other formats and signatures are Keras'. psmm-export writes the serving SavedModel
+        (texts, carried state, open vocabulary).
+        """
+        if format != "tf_saved_model" or input_signature is not None:
+            return super().export(filepath, format=format, verbose=verbose,
+                                  input_signature=input_signature, **kwargs)
+        archive = keras.export.ExportArchive()
+        archive.track(self)
+        signature = {"token_ids": keras.InputSpec(shape=(None, None), dtype="int32"),
+                     "padding_mask": keras.InputSpec(shape=(None, None), dtype="bool")}
+        if keras.config.backend() == "jax":  # one symbolic T for both inputs (jax2tf)
+            kwargs.setdefault("is_static", True)
+            kwargs["jax2tf_kwargs"] = dict(kwargs.get("jax2tf_kwargs") or {})
+            kwargs["jax2tf_kwargs"].setdefault(
+                "polymorphic_shapes", [{name: "(batch, t)" for name in signature}])
+        archive.add_endpoint(
+            "serve", lambda inputs: self.log_distribution(self(inputs, training=False)),
+            input_signature=[signature], **kwargs)
+        archive.write_out(filepath, verbose=True if verbose is None else verbose)
+
+    # --- presets ---------------------------------------------------------------------------
 
     @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """Loads a model from a preset folder (`save_to_preset`) or a psmm-train run folder.
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """Loads a model from a preset folder, a psmm-train run folder or a `.keras` file.
+
+        A folder written by `save_to_preset` is keras-hub's preset layout (`task.json`,
+        `config.json`, weights, tokenizer assets), which `keras_hub.models.CausalLM.from_preset`
+        and `keras_hub.models.Backbone.from_preset` open too.
 
         Args:
-            preset: a folder holding `model.keras` (a run folder of psmm-train, or a folder
-                written by `save_to_preset`) or a `.keras` file; a handle with a scheme
-                (`kaggle://`, `hf://`, ...) goes to keras-hub's loader.
-            **kwargs: `compile` (bool) and keras-hub's options for other handles.
+            preset: a folder holding keras-hub's `config.json` (`save_to_preset`) or a
+                `model.keras` (a psmm-train run folder, or an earlier `save_to_preset`), a
+                `.keras` file; a handle with a scheme (`kaggle://`, `hf://`, ...) goes to
+                keras-hub's loader.
+            load_weights: bool. False: the preset's architecture and vocabulary, new weights.
+            **kwargs: `dtype` (a Keras dtype policy of the loaded model; None: keras-hub's
+                rule, the global policy for a float preset) and keras-hub's other options.
 
         Raises:
             ValueError: the path does not exist, is a file other than a `.keras` file, a
-                symlink loop, or a folder holding no `model.keras`, or a model of another
-                class; the message names the path and what a preset holds.
+                symlink loop, or a folder holding no preset, or a model of another class; the
+                message names the path and what a preset holds.
         """
         path = os.fspath(preset)
-        if "://" in path:
-            return super().from_preset(preset, **kwargs)
-        model_file = _preset_model_file(path)
-        model = read_model_file(model_file, advice=f" (preset {path!r})")
-        if not isinstance(model, cls):
-            raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
-                             f"{cls.__name__}.")
+        if "://" in path or os.path.isfile(os.path.join(path, PRESET_CONFIG_FILE)):
+            # keras-hub's loader, asked for the common base: it builds task.json's class.
+            model = super(RecurrentCausalLM, RecurrentCausalLM).from_preset(
+                preset, load_weights=load_weights, **kwargs)
+        else:
+            model = _model_file_preset(path, cls, load_weights, **kwargs)
+        _check_preset_class(model, cls, path)
         return model
 
-    def save_to_preset(self, preset_dir):
-        """Writes the model (weights, config, vocabulary) to a preset folder that
-        `from_preset` loads: `model.keras` and `metadata.json`.
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """Writes the model to a preset folder in keras-hub's layout, which `from_preset` and
+        keras-hub's loaders (`keras_hub.models.CausalLM.from_preset`) load.
+
+        The folder holds `task.json` (the task's config), `task.weights.h5` (the head's
+        weights), `config.json` and `model.weights.h5` (the backbone), `preprocessor.json`,
+        `tokenizer.json` and `assets/tokenizer/vocabulary.txt` (the tokenizer's asset), and
+        `metadata.json` (keras-hub's, plus `psmm_tf_version` and `class_name`).
 
         Raises:
             ValueError: `preset_dir` names a `.keras` file (a preset is a folder; one file is
                 `model.save(path)`).
-            FileExistsError: `preset_dir` is a file, or holds a `model.keras` or a
-                `metadata.json` (never replaced); nothing is written.
+            FileExistsError: `preset_dir` is a file, or holds a file a preset is made of
+                (never replaced); nothing is written.
         """
         import importlib.metadata
         import json
@@ -380,23 +497,51 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         path = os.fspath(preset_dir)
         if path.endswith(".keras"):
             raise ValueError(f"save_to_preset({path!r}): a preset is a folder (of "
-                             f"{MODEL_FILE} and {PRESET_METADATA_FILE}), not a .keras file; to "
-                             f"write one .keras file use model.save({path!r}).")
+                             f"{PRESET_CONFIG_FILE}, weights and {PRESET_METADATA_FILE}), not a "
+                             f".keras file; to write one .keras file use model.save({path!r}).")
         if os.path.lexists(path) and not os.path.isdir(path):
             raise FileExistsError(f"save_to_preset: {path} exists and is not a folder; give an "
                                   "empty or new folder.")
-        for name in (MODEL_FILE, PRESET_METADATA_FILE):
+        for name in PRESET_FILES:
             if os.path.lexists(os.path.join(path, name)):
                 raise FileExistsError(f"{os.path.join(path, name)} exists: save_to_preset never "
                                       "replaces a file; give an empty or new folder.")
-        os.makedirs(path, exist_ok=True)
-        self.save(os.path.join(path, MODEL_FILE))
-        metadata = {"class_name": type(self).__name__,
-                    "psmm_tf_version": importlib.metadata.version("psmm_tf"),
-                    "keras_version": keras.__version__,
-                    "parameter_count": int(self.count_params())}
-        with open(os.path.join(path, PRESET_METADATA_FILE), "x") as f:
-            json.dump(metadata, f, indent=2)
+        super().save_to_preset(path, max_shard_size=max_shard_size)
+        metadata_file = os.path.join(path, PRESET_METADATA_FILE)
+        with open(metadata_file) as f:
+            metadata = json.load(f)
+        metadata.update(class_name=type(self).__name__,
+                        psmm_tf_version=importlib.metadata.version("psmm_tf"))
+        with open(metadata_file, "w") as f:
+            json.dump(metadata, f, indent=4)
+
+
+def _check_preset_class(model, cls, path):
+    if not isinstance(model, cls):
+        raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
+                         f"{cls.__name__}.")
+
+
+def _model_file_preset(path, cls, load_weights=True, dtype=None, **kwargs):
+    """The `cls` model of a `model.keras` preset (a run folder, an earlier `save_to_preset`, a
+    `.keras` file), rebuilt under `dtype` and with new weights where asked."""
+    if kwargs:
+        raise ValueError(f"from_preset({path!r}, {', '.join(f'{k}=' for k in kwargs)}...): a "
+                         f"{MODEL_FILE} preset takes load_weights and dtype only.")
+    model = read_model_file(_preset_model_file(path), advice=f" (preset {path!r})")
+    _check_preset_class(model, cls, path)
+    if load_weights and dtype is None:
+        return model
+    config = model.get_config()
+    if dtype is not None:
+        backbone = dict(config["backbone"])
+        backbone["config"] = dict(backbone["config"], dtype=dtype)
+        config["backbone"] = backbone
+    rebuilt = type(model).from_config(dict(config, preprocessor=model.preprocessor))
+    if load_weights:
+        for new, old in zip(rebuilt.weights, model.weights):
+            new.assign(ops.cast(old, new.dtype))
+    return rebuilt
 
 
 def _preset_model_file(path):
@@ -404,8 +549,6 @@ def _preset_model_file(path):
     try:
         os.stat(path)
     except OSError as err:
-        import errno
-
         what = ("is a symlink loop" if err.errno == errno.ELOOP else
                 "does not exist" if err.errno == errno.ENOENT else
                 f"cannot be read ({err.strerror})")
@@ -413,7 +556,8 @@ def _preset_model_file(path):
     if os.path.isdir(path):
         model_file = os.path.join(path, MODEL_FILE)
         if not os.path.isfile(model_file):
-            raise ValueError(f"preset {path!r} holds no {MODEL_FILE}: {PRESET_DESCRIPTION}.")
+            raise ValueError(f"preset {path!r} holds no {PRESET_CONFIG_FILE} and no "
+                             f"{MODEL_FILE}: {PRESET_DESCRIPTION}.")
         return model_file
     if not path.endswith(".keras"):
         raise ValueError(f"preset {path!r} is a file, not a preset folder or a .keras file: "
@@ -583,6 +727,26 @@ def fit_targets(x, y, sample_weight):
     if sample_weight is None:
         sample_weight = ops.ones(ops.shape(y), "float32")
     return ops.cast(y, "int32"), ops.cast(sample_weight, "float32")
+
+
+def _is_text_list(inputs):
+    return isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and bool(inputs)
+                                       and all(isinstance(text, str) for text in inputs))
+
+
+def _generated_part(outputs, prompts):
+    """keras-hub's `strip_prompt`: each row's generated tokens moved to its start (and its
+    mask True on them only)."""
+    prompt_mask = ops.convert_to_tensor(prompts["padding_mask"], "bool")
+    length = ops.shape(prompt_mask)[1]
+    shifts = ops.sum(ops.cast(prompt_mask, "int32"), axis=1)
+    index = ops.mod(ops.arange(length, dtype="int32")[None, :] + shifts[:, None], length)
+
+    def roll(values):
+        return ops.take_along_axis(ops.convert_to_tensor(values), index, axis=1)
+
+    return {"token_ids": roll(outputs["token_ids"]),
+            "padding_mask": ops.logical_xor(roll(prompt_mask), roll(outputs["padding_mask"]))}
 
 
 def _up_to_first_stop(token_ids, prompt_mask, stop_token_ids):

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 
 from psmm_tf import testing
-from psmm_tf.models import PointerSentinelLM
+from psmm_tf.models import PointerSentinelLM, read_model_file
 from psmm_tf.models.causal_lm import MAX_GENERATE_LENGTH
 
 WORDS = testing.TINY_WORDS
@@ -76,12 +76,35 @@ class PresetTest(testing.TestCase):
         empty = os.path.join(tmp, "empty")
         os.makedirs(empty)
         before = _hashes(tmp)
-        what = r"a preset is a folder holding model.keras"
+        what = r"a preset is a folder holding config.json .* or model.keras"
         for path, why in ((notes, "is a file"), (os.path.join(tmp, "missing"), "does not exist"),
-                          (loop, "is a symlink loop"), (empty, "holds no model.keras")):
+                          (loop, "is a symlink loop"),
+                          (empty, "holds no config.json and no model.keras")):
             with self.assertRaisesRegex(ValueError, f"preset '{path}' {why}.*{what}"):
                 PointerSentinelLM.from_preset(path)
         self.assertEqual(_hashes(tmp), before)
+
+
+class DiskFullTest(testing.TestCase):
+
+    def test_reading_a_keras_file_on_a_full_disk_says_the_disk_is_full(self):
+        # Issue 50 (row 234): the file-size limit (EFBIG, as ENOSPC on a full disk) stops the
+        # unpacking of model.keras into the temporary folder; the error blamed the file.
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        _task().save(path)
+        printed = testing.run_in_fresh_process(f"""
+            import resource, signal
+            from psmm_tf.models import read_model_file
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of a kill
+            resource.setrlimit(resource.RLIMIT_FSIZE, (5000, 5000))
+            try:
+                read_model_file({path!r})
+            except OSError as err:
+                print(err.errno, err.filename, err.strerror)
+            """)
+        self.assertRegex(printed, r"^27 /\S+ out of disk space \(File too large\) unpacking "
+                                  rf"{path} to read it: free space in the temporary folder")
+        self.assertIsInstance(read_model_file(path), PointerSentinelLM)  # the file is sound
 
 
 class FitTest(testing.TestCase):

@@ -1,6 +1,9 @@
 """The tasks as keras-hub CausalLMs: compile/fit, predict, generate, presets; every backend."""
 
+import importlib.util
+import json
 import os
+import unittest
 
 import keras
 import keras_hub
@@ -12,6 +15,7 @@ from keras import ops
 from psmm_tf import testing
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import (
+    LSTMBackbone,
     LSTMLanguageModel,
     PointerSentinelLM,
     PointerSoftmaxLM,
@@ -22,6 +26,13 @@ TASKS = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel),
          ("pointer_softmax", PointerSoftmaxLM))
 _task = testing.tiny_task
 _ids = testing.random_ids
+
+
+def _trained_looking(model, rng):
+    """`model` with random trainable weights (not those its seeds start from), returned."""
+    for weight in model.trainable_weights:
+        weight.assign(rng.normal(0.0, 0.3, size=weight.shape).astype("float32"))
+    return model
 
 
 def _cycles(rows, steps):
@@ -194,6 +205,48 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertFalse(set(model.generate("w17 w3 w17 w3", max_length=12,
                                             stop_token_ids=None).split()[4:]) <= {"w17", "w3"})
 
+    def test_generate_reads_and_copies_prompt_words_outside_the_vocabulary(self):
+        # "zebra" and "gnu" are not in the vocabulary: read as <unk>, kept as the keys' words,
+        # so the pointer (the gate pinned near 0) copies them; the prompt is echoed as given.
+        model = _task(PointerSentinelLM, gate_calibration=(0.0, -30.0))
+        for sampler in ("greedy", "beam"):
+            model.compile(sampler=sampler)
+            texts = model.generate(["zebra w3 gnu zebra", "w5 gnu"], max_length=12,
+                                   stop_token_ids=None)
+            self.assertTrue(texts[0].startswith("zebra w3 gnu zebra "), texts)
+            self.assertEqual(texts[1].split()[:2], ["w5", "gnu"], texts)
+            self.assertTrue(set(texts[0].split()[4:]) <= {"zebra", "w3", "gnu"}, texts)
+            self.assertIn("zebra", texts[0].split()[4:])
+            self.assertTrue(set(texts[1].split()) <= {"w5", "gnu"}, texts)
+        # strip_prompt: the generated words alone, the same ones.
+        model.compile(sampler="greedy")
+        prompt = "zebra w3 gnu zebra"
+        full = model.generate(prompt, max_length=9, stop_token_ids=None)
+        generated = model.generate(prompt, max_length=9, stop_token_ids=None,
+                                   strip_prompt=True)
+        self.assertEqual(prompt.split() + generated.split(), full.split())
+        self.assertLen(generated.replace("\n", " \n ").split(), 4)  # 9 - <eos> - 4 words
+
+    def test_the_open_vocabulary_distribution_is_the_mixture_over_the_extra_ids(self):
+        # Brute force: p(V + j) is the attention on the keys holding extra word j, p(<unk>)
+        # the softmax's alone (no key is a literal <unk>), and each row sums to 1.
+        model = _task(PointerSentinelLM)
+        size = len(WORDS)
+        key_ids = np.array([[1, size, 3, size + 1, size, 4]], "int32")
+        read = np.where(key_ids >= size, 0, key_ids)
+        outputs = model(read, key_ids=key_ids)
+        p = np.exp(ops.convert_to_numpy(model.log_distribution(outputs, extra_ids=6)))
+        attention = ops.convert_to_numpy(outputs["attention"])[0]  # (T, K)
+        gate = ops.convert_to_numpy(outputs["gate"])[0]
+        softmax = ops.convert_to_numpy(ops.softmax(outputs["vocab_logits"]))[0]
+        expected = np.zeros((6, size + 6))
+        expected[:, :size] = gate[:, None] * softmax
+        for key, word in enumerate(key_ids[0]):
+            expected[:, word] += attention[:, key]
+        self.assertAllClose(p[0], expected, atol=1e-6)
+        self.assertAllClose(p.sum(-1), np.ones((1, 6)), atol=1e-5)
+        self.assertGreater(p[0, 5, size], 0.0)
+
     def test_a_sampler_set_after_compile_is_used(self):
         class Always7(keras_hub.samplers.Sampler):
             def get_next_token(self, probabilities):
@@ -243,7 +296,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertTrue(set(" ".join(texts).split()) <= set(WORDS[2:]), texts)
 
     def test_from_preset_loads_a_saved_preset_and_a_run_folder(self):
-        model = _task()
+        model = _trained_looking(_task(), self.rng)
         preset = os.path.join(self.get_temp_dir(), "preset")
         model.save_to_preset(preset)
         with self.assertRaisesRegex(FileExistsError, "never replaces"):
@@ -256,10 +309,107 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             self.assertAllClose(loaded.score_text("w1 w2 w3")["log_probs"],
                                 model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
             self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
-        with self.assertRaisesRegex(ValueError, "holds a PointerSentinelLM, not a"):
-            LSTMLanguageModel.from_preset(preset)
-        with self.assertRaisesRegex(ValueError, "holds no model.keras"):
+            # load_weights=False: the architecture and vocabulary, the initial weights.
+            fresh = PointerSentinelLM.from_preset(path, load_weights=False)
+            self.assertEqual(fresh.preprocessor.vocabulary, Vocabulary(WORDS))
+            self.assertAllClose(fresh.trainable_weights[0], _task().trainable_weights[0])
+            self.assertNotAllClose(fresh.trainable_weights[0], model.trainable_weights[0])
+            mixed = PointerSentinelLM.from_preset(path, dtype="mixed_bfloat16")
+            self.assertEqual(mixed.backbone.lstm_layers[0].dtype_policy.name, "mixed_bfloat16")
+            self.assertEqual(mixed.vocab_head.dtype_policy.name, "mixed_bfloat16")
+            self.assertAllClose(mixed.score_text("w1 w2 w3")["log_probs"],
+                                model.score_text("w1 w2 w3")["log_probs"], atol=0.1)
+        for path, options in ((preset, {}), (run, {"dtype": "mixed_bfloat16"}),
+                              (run, {"load_weights": False})):
+            with self.assertRaisesRegex(ValueError, "holds a PointerSentinelLM, not a"):
+                LSTMLanguageModel.from_preset(path, **options)
+        with self.assertRaisesRegex(ValueError, "takes load_weights and dtype only"):
+            PointerSentinelLM.from_preset(run, num_classes=2)
+        with self.assertRaisesRegex(ValueError, "holds no config.json and no model.keras"):
             PointerSentinelLM.from_preset(self.get_temp_dir())
+
+    @parameterized.named_parameters(*TASKS)
+    def test_keras_hubs_loaders_open_a_saved_preset(self, cls):
+        model = _trained_looking(_task(cls), self.rng)
+        preset = os.path.join(self.get_temp_dir(), "preset")
+        model.save_to_preset(preset)
+        # keras-hub's layout: configs, the backbone's and the head's weights, the tokenizer's
+        # asset, and the metadata naming the task keras-hub lists for the backbone.
+        self.assertEqual(sorted(os.listdir(preset)),
+                         ["assets", "config.json", "metadata.json", "model.weights.h5",
+                          "preprocessor.json", "task.json", "task.weights.h5", "tokenizer.json"])
+        self.assertEqual(os.listdir(os.path.join(preset, "assets", "tokenizer")),
+                         ["vocabulary.txt"])
+        with open(os.path.join(preset, "metadata.json")) as f:
+            metadata = json.load(f)
+        self.assertEqual(metadata["tasks"], ["CausalLM"])
+        self.assertEqual(metadata["class_name"], cls.__name__)
+        texts = ["w1 w2 w3\nw4 w5", "w6"]
+        loaded = keras_hub.models.CausalLM.from_preset(preset)
+        self.assertIs(type(loaded), cls)
+        self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
+        self.assertAllClose(loaded.score_text(texts)["log_probs"],
+                            model.score_text(texts)["log_probs"], atol=1e-6)
+        fresh = keras_hub.models.CausalLM.from_preset(preset, load_weights=False)
+        for weight in (fresh.backbone.trainable_weights[0], fresh.vocab_head.trainable_weights[0]):
+            saved = {w.path: w for w in model.trainable_weights}[weight.path]
+            self.assertNotAllClose(weight, saved, msg=weight.path)
+        mixed = keras_hub.models.CausalLM.from_preset(preset, dtype="mixed_bfloat16")
+        self.assertEqual(mixed.vocab_head.dtype_policy.name, "mixed_bfloat16")
+        self.assertEqual(mixed.backbone.embedding.dtype_policy.name, "mixed_bfloat16")
+        backbone = keras_hub.models.Backbone.from_preset(preset)
+        self.assertIsInstance(backbone, LSTMBackbone)
+        for a, b in zip(backbone.weights, model.backbone.weights):
+            self.assertAllEqual(a, b, msg=a.path)
+        half = keras_hub.models.Backbone.from_preset(preset, dtype="mixed_float16")
+        self.assertEqual(half.lstm_layers[1].compute_dtype, "float16")
+
+    @parameterized.named_parameters(*TASKS)
+    def test_export_writes_a_saved_model_serving_predicts_mixture(self, cls):
+        # Keras' export (jax2tf on JAX): `serve` takes the preprocessor's inputs and returns
+        # predict's log-probabilities, pointer included, for rows of two lengths.
+        model = _trained_looking(_task(cls), self.rng)
+        path = os.path.join(self.get_temp_dir(), "saved_model")
+        model.export(path, verbose=False)
+        inputs = model.preprocessor(["w1 w2 w3 w1 w2", "w4"])[0]
+        reloaded = tf.saved_model.load(path)  # held: its functions read its variables
+        served = reloaded.serve(
+            {name: tf.constant(ops.convert_to_numpy(value)) for name, value in inputs.items()})
+        predicted = model.predict(inputs, verbose=0)
+        self.assertEqual(served.shape, (2, 12, len(WORDS)))
+        self.assertAllClose(served, predicted, atol=1e-5)
+        self.assertAllClose(np.exp(served).sum(-1), np.ones((2, 12)), atol=1e-5)
+
+    def test_from_config_keeps_the_vocabulary(self):
+        model = _trained_looking(_task(), self.rng)
+        clone = PointerSentinelLM.from_config(model.get_config())
+        self.assertEqual(clone.preprocessor.vocabulary, Vocabulary(WORDS))
+        clone.set_weights(model.get_weights())
+        self.assertAllClose(clone.score_text("w1 w2 w3")["log_probs"],
+                            model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
+
+    @unittest.skipUnless(importlib.util.find_spec("tensorboard"), "pip install "
+                         "psmm_tf[tensorboard]: Keras' callback writes through it")
+    def test_keras_tensorboard_callback_logs_fit(self):
+        # The stock callback on a fit of texts: the loss and the perplexity of every epoch.
+        from tensorflow.core.util import event_pb2
+
+        model = _task()
+        log_dir = os.path.join(self.get_temp_dir(), "logs")
+        history = model.fit(["w1 w2 w3 w1", "w4 w5"] * 2, epochs=2, batch_size=2, verbose=0,
+                            callbacks=[keras.callbacks.TensorBoard(log_dir)]).history
+        logged = {}
+        for root, _, files in os.walk(os.path.join(log_dir, "train")):
+            for name in files:
+                for record in tf.data.TFRecordDataset(os.path.join(root, name)):
+                    event = event_pb2.Event.FromString(record.numpy())
+                    for value in event.summary.value:
+                        number = tf.make_ndarray(value.tensor) if value.HasField("tensor") \
+                            else value.simple_value
+                        logged.setdefault(value.tag, {})[event.step] = float(number)
+        self.assertAllClose([logged["epoch_loss"][step] for step in (0, 1)], history["loss"])
+        self.assertAllClose([logged["epoch_perplexity"][step] for step in (0, 1)],
+                            history["perplexity"])
 
     def test_a_loaded_model_fine_tunes_with_fit(self):
         model = _task()

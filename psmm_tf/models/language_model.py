@@ -277,6 +277,10 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         token_chars: optional int `(batch_size, C + T, max_word_length)`: each input word's
             spelling, for a backbone with `input_embedding="chars"` (a word outside the
             vocabulary, held as `<unk>` in `token_ids`, is read from its characters).
+        key_ids: optional int `(batch_size, C + T)`: the ids the pointer's keys (and the
+            returned memory) hold for these positions, default `token_ids`; ids `>= V` name
+            words outside the vocabulary that `token_ids` holds as `<unk>` (`generate`'s open
+            vocabulary: `distribution(outputs, extra_ids)` gives them their mass).
         training: bool.
 
     Output dropout regularises the vocabulary softmax only: its input is the last layer's
@@ -390,12 +394,13 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         self.reset_compiled_functions()
 
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
-             targets=None, training=False, token_chars=None):
+             targets=None, training=False, token_chars=None, key_ids=None):
         if isinstance(token_ids, dict):  # keras-hub's inputs
             if token_mask is None:
                 token_mask = token_ids.get("padding_mask")
             token_ids = token_ids["token_ids"]
         token_ids = ops.cast(token_ids, "int32")
+        key_ids = token_ids if key_ids is None else ops.cast(key_ids, "int32")
         window = ops.shape(token_ids)[1]
         if not isinstance(context_length, int) or context_length < 0:
             raise ValueError(f"context_length must be a static int >= 0, got {context_length!r}.")
@@ -416,16 +421,16 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         c = context_length
         query_hidden = hidden[:, c:]
         older = _concat_keys(
-            memory, {"hidden": hidden[:, :c], "token_ids": token_ids[:, :c],
+            memory, {"hidden": hidden[:, :c], "token_ids": key_ids[:, :c],
                      "mask": token_mask[:, :c]},
         )
         all_keys = _concat_keys(
             memory if memory is not None else self.empty_memory(ops.shape(token_ids)[0]),
-            {"hidden": hidden, "token_ids": token_ids, "mask": token_mask},
+            {"hidden": hidden, "token_ids": key_ids, "mask": token_mask},
         )
         outputs = {
             "hidden": query_hidden,
-            "key_ids": ops.concatenate([older["token_ids"], token_ids[:, c:]], axis=1),
+            "key_ids": ops.concatenate([older["token_ids"], key_ids[:, c:]], axis=1),
             "state": new_state,
             "memory": _last_keys_of_each_row(all_keys, token_mask, self.memory_size),
         }
@@ -455,17 +460,26 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         return mixture_log_prob(outputs["vocab_logits"], outputs["attention"], outputs["gate"],
                                 outputs["key_ids"], targets)
 
-    def log_distribution(self, outputs):
-        """The predictive log-probabilities `(batch_size, T, V)` (float32; the mixture's, with
-        a pointer), floored at the smallest normal float32 (about -87.3)."""
-        return ops.log(ops.maximum(self.distribution(outputs), 1.1754944e-38))
+    def log_distribution(self, outputs, extra_ids=0):
+        """The predictive log-probabilities `(batch_size, T, V + extra_ids)` (float32; the
+        mixture's, with a pointer), floored at the smallest normal float32 (about -87.3)."""
+        return ops.log(ops.maximum(self.distribution(outputs, extra_ids), 1.1754944e-38))
 
-    def distribution(self, outputs):
-        """The predictive distribution `(batch_size, T, V)` from this model's `outputs`."""
+    def distribution(self, outputs, extra_ids=0):
+        """The predictive distribution `(batch_size, T, V + extra_ids)` from `outputs`.
+
+        `extra_ids` (static int >= 0) widens it past the vocabulary, for keys whose `key_ids`
+        are `>= V` (words outside the vocabulary): the softmax gives them nothing, the pointer
+        its attention (`psmm_tf.export.next_word` does the same for `predict_next`).
+        """
+        logits = ops.cast(outputs["vocab_logits"], "float32")
+        if extra_ids:
+            logits = ops.pad(logits, [[0, 0], [0, 0], [0, extra_ids]],
+                             constant_values=_PAD_LOGIT)
         if not self.has_pointer:
-            return ops.softmax(ops.cast(outputs["vocab_logits"], "float32"), axis=-1)
-        return mixture_distribution(outputs["vocab_logits"], outputs["attention"],
-                                    outputs["gate"], outputs["key_ids"])
+            return ops.softmax(logits, axis=-1)
+        return mixture_distribution(logits, outputs["attention"], outputs["gate"],
+                                    outputs["key_ids"])
 
     def get_config(self):
         config = super().get_config()
@@ -490,6 +504,10 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         # a model saved uncompiled (psmm-train's) is compiled with the defaults when first fit,
         # evaluated or asked to generate (`RecurrentCausalLM`).
         return cls(**dict(config, compile=False))
+
+
+# The logit of an id past the vocabulary (an `extra_ids` column): probability 0 in the softmax.
+_PAD_LOGIT = -1e30
 
 
 def _perplexity(log_likelihood, num_tokens):

@@ -5,13 +5,14 @@ import keras_hub
 import numpy as np
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
-from psmm_tf.data.corpus import EOS_TOKEN, text_tokens
+from psmm_tf.data.corpus import EOS_TOKEN, UNK_TOKEN, text_tokens
 from psmm_tf.data.spelling import word_characters
 from psmm_tf.models.tokenizer import (
     WordTokenizer,
     require_tensorflow,
     tf,  # None on a host with JAX alone
 )
+from psmm_tf.models.tokenizer import text_tokens as graph_text_tokens  # TF's, for prompts
 
 
 @keras.saving.register_keras_serializable(package="psmm_tf")
@@ -25,7 +26,8 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
     last, the targets all but the first. TensorFlow string ops: it maps over a `tf.data`
     dataset (`ds.map(preprocessor)`) and runs on every Keras backend. Inputs that are already
     ids (an int array, or a dict holding `token_ids`) pass through unchanged, so `fit` and
-    `predict` take ids or strings alike. The vocabulary is an asset of the `.keras` file.
+    `predict` take ids or strings alike. The vocabulary is in its config and an asset of the
+    `.keras` file.
 
     Args:
         tokenizer: a `WordTokenizer`; or None with `vocabulary` given.
@@ -137,14 +139,55 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
             add_start_value=True, add_end_value=False)
         return {"token_ids": token_ids, "padding_mask": padding_mask}
 
-    def generate_postprocess(self, x):
-        """`generate`'s ids -> texts: the words after the leading `<eos>`, up to the first
-        generated `<eos>` that ended generation (dropped), lines joined with line breaks."""
+    def open_vocabulary_prompts(self, texts, sequence_length=None):
+        """Prompts -> `generate_preprocess`'s inputs, their words outside the vocabulary kept.
+
+        Such a word's positions hold the id `V + j`, `j` its place in its row's list of such
+        words (first occurrence first): `generate` reads it as `<unk>` and its pointer can copy
+        it; `generate_postprocess(..., unknown_words)` spells it back.
+
+        Args:
+            texts: a list of str.
+            sequence_length: optional int, overriding the layer's.
+
+        Returns:
+            `(inputs, unknown_words)`: `{"token_ids" int32, "padding_mask" bool}` NumPy
+            `(batch_size, sequence_length)`, and each row's list of words outside the
+            vocabulary.
+        """
+        inputs = self.generate_preprocess(texts, sequence_length=sequence_length)
+        token_ids = np.array(keras.ops.convert_to_numpy(inputs["token_ids"]), np.int32)
+        vocabulary = self.vocabulary
+        unknown_words = []
+        rows = graph_text_tokens(tf.constant(texts), finish_last_line=False).to_list()
+        for row, words in enumerate(rows):
+            found = {}
+            # Position 0 is the leading `<eos>`; words past the length were cut.
+            for position, word in enumerate(words[:token_ids.shape[1] - 1], start=1):
+                word = word.decode("utf-8")
+                if word not in vocabulary:  # `<unk>` itself is in it
+                    token_ids[row, position] = len(vocabulary) + found.setdefault(word,
+                                                                                  len(found))
+            unknown_words.append(list(found))
+        padding_mask = np.array(keras.ops.convert_to_numpy(inputs["padding_mask"]), bool)
+        return {"token_ids": token_ids, "padding_mask": padding_mask}, unknown_words
+
+    def generate_postprocess(self, x, unknown_words=None, prompt_included=True):
+        """`generate`'s ids -> texts: the words after the leading `<eos>` (with
+        `prompt_included`), up to the first generated `<eos>` that ended generation
+        (dropped), lines joined with line breaks. An id `V + j` is word `j` of its row's
+        `unknown_words` (`open_vocabulary_prompts`), `<unk>` without one."""
+        self.tokenizer._check_vocabulary()
         token_ids = np.asarray(keras.ops.convert_to_numpy(x["token_ids"]))
         padding_mask = np.asarray(keras.ops.convert_to_numpy(x["padding_mask"]), bool)
-        rows = [ids[mask][1:] for ids, mask in zip(token_ids, padding_mask)]
-        texts = [_as_str(self.tokenizer.detokenize(tf.constant(row, tf.int32)))
-                 for row in rows]
+        tokens, size = self.vocabulary.tokens, len(self.vocabulary)
+        texts = []
+        for row, (ids, mask) in enumerate(zip(token_ids, padding_mask)):
+            extra = unknown_words[row] if unknown_words is not None else []
+            ids = ids[mask][1:] if prompt_included else ids[mask]
+            texts.append(_joined([tokens[i] if i < size else
+                                  extra[i - size] if i - size < len(extra) else UNK_TOKEN
+                                  for i in ids]))
         return [t[:-1] if t.endswith("\n") else t for t in texts]
 
     def score_inputs(self, texts, max_word_length=None):
@@ -201,11 +244,15 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
         return super().from_config(dict(config))
 
 
-def _as_str(text):
-    """A detokenized text (a str, bytes or a scalar string tensor) as a str."""
-    if not isinstance(text, (str, bytes)):
-        text = keras.ops.convert_to_numpy(text).item()
-    return text.decode("utf-8") if isinstance(text, bytes) else text
+def _joined(words):
+    """Words as `WordTokenizer.detokenize` joins them: spaces, `<eos>` a line break."""
+    text = ""
+    for word in words:
+        if word == EOS_TOKEN:
+            text += "\n"
+        else:
+            text += (" " if text and not text.endswith("\n") else "") + word
+    return text
 
 
 def _holds_ids(x):

@@ -71,13 +71,17 @@ INSTANCES = {
         char_dropout=0.2, seed=2),
 }
 
+# Registered so that keras-hub's `CausalLM.from_preset` finds the tasks' base (its
+# `backbone_cls`); abstract (no call of its own), never serialised itself.
+ABSTRACT = {"RecurrentCausalLM"}
+
 
 class SerializationTest(testing.TestCase, parameterized.TestCase):
     def test_every_registered_class_is_covered(self):
         registered = {name.split(">", 1)[1] for name in
                       keras.saving.get_custom_objects() if name.startswith("psmm_tf>")}
         self.assertTrue(psmm_tf.__version__)
-        self.assertEqual(registered, set(INSTANCES))
+        self.assertEqual(registered - ABSTRACT, set(INSTANCES))
 
     @parameterized.named_parameters(*[(name, name) for name in INSTANCES])
     def test_config_round_trip(self, name):

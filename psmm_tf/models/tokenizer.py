@@ -103,7 +103,8 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
     `<unk>`); `detokenize` joins words with spaces and turns `<eos>` into a line break, so
     `detokenize(tokenize(text))` is the text with its whitespace normalised. Both are
     TensorFlow string ops: they run eagerly, inside `tf.data` (`ds.map(tokenizer)`) and on
-    every Keras backend. The vocabulary is an asset of the `.keras` file and of a preset.
+    every Keras backend. The vocabulary is in its config (its tokens) and an asset of `.keras`
+    files and presets.
 
     `<eos>` is the start token (the first word of a text is predicted after it, as after the end
     of a previous line) and the end token (`generate` stops there by default).
@@ -257,7 +258,10 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"vocabulary": None,  # an asset, not JSON
+        # The tokens themselves, so `from_config(get_config())` keeps the vocabulary (as
+        # `keras.layers.StringLookup` does); `.keras` files and presets also save it as an asset.
+        tokens = None if self.vocabulary is None else list(self.vocabulary.tokens)
+        config.update({"vocabulary": tokens,
                        "sequence_length": self.sequence_length,
                        "finish_last_line": self.finish_last_line})
         return config
