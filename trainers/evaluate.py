@@ -27,7 +27,7 @@ import sys
 
 from absl import flags
 
-from psmm_tf import cli
+from psmm_tf import cli, configs
 
 FLAGS = flags.FLAGS
 
@@ -40,6 +40,9 @@ flags.DEFINE_string("output_dir", None, "Where the report goes (default: "
 flags.DEFINE_enum("model_source", "best", ["best", "latest"], "The run's model to evaluate: "
                   "best (model.keras, the best by validation perplexity) or latest (the newest "
                   "checkpoint); the output names it.")
+flags.DEFINE_enum("mixed_precision", None, list(configs.PRECISION_POLICIES),
+                  "Keras dtype policy to score in instead of the run's own (e.g. float32 for a "
+                  "run trained under mixed_bfloat16: the same float32 weights).")
 flags.DEFINE_string("data_dir", None, "Where the corpus files are, if they moved since "
                     "training (real corpora only; read, never written).")
 flags.DEFINE_string("tfds_data_dir", None, "Where the corpus is prepared as a TFDS dataset, if "

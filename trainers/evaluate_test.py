@@ -68,6 +68,39 @@ class EvaluateCommandTest(tf.test.TestCase):
         self.assertEqual((snapshot(psmm), snapshot(lstm)), before)
 
 
+class MixedPrecisionTest(tf.test.TestCase):
+    def test_a_run_scored_under_another_dtype_policy(self):
+        # The same float32 weights computing in bfloat16: close to float32's perplexity, not
+        # equal to it (the policy took effect), and named in the report.
+        from psmm_tf.evaluation import evaluate_lib
+
+        psmm = trained_tiny_run("psmm")
+        before = snapshot(psmm)
+        as_trained = load_trained_run(psmm)
+        bf16 = load_trained_run(psmm, mixed_precision="mixed_bfloat16")
+        self.assertEqual(bf16.config.train.mixed_precision, "mixed_bfloat16")
+        self.assertEqual(bf16.model.backbone.dtype_policy.compute_dtype, "bfloat16")
+        self.assertEqual(len(bf16.model.weights), len(as_trained.model.weights))
+        for new, old in zip(bf16.model.weights, as_trained.model.weights):
+            self.assertAllEqual(new.numpy(), old.numpy())
+        ids = as_trained.corpus.ids["valid"]
+        exact = Evaluator(as_trained.model).evaluate(ids, max_tokens=300).perplexity
+        rounded = Evaluator(bf16.model).evaluate(ids, max_tokens=300).perplexity
+        self.assertNotEqual(rounded, exact)
+        self.assertAllClose(rounded, exact, rtol=0.02)
+        self.assertIs(load_trained_run(psmm, mixed_precision="float32").model.__class__,
+                      as_trained.model.__class__)
+        out = Path(self.get_temp_dir()) / "bf16_report"
+        lines = evaluate_lib.run_evaluation(psmm, split="valid", output_dir=out, max_tokens=300,
+                                            mixed_precision="mixed_bfloat16")
+        metrics = json.loads((out / "metrics.json").read_text())
+        self.assertEqual(metrics["mixed_precision"], "mixed_bfloat16")
+        # (another evaluation length than the Evaluator's default: bfloat16 rounds otherwise)
+        self.assertAllClose(metrics["perplexity"], rounded, rtol=1e-3)
+        self.assertIn(f"{metrics['perplexity']:.2f}", "\n".join(lines))
+        self.assertEqual(snapshot(psmm), before)
+
+
 class RefusedCommandLineTest(tf.test.TestCase):
     """psmm-evaluate's main on refused command lines, all in one new process (its flags share
     names with psmm-train's, imported in this one): one TensorFlow start instead of one per

@@ -28,7 +28,7 @@ def _spelling(run, split, ids):
 def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
                       max_tokens=None, batch_size=1, length=None, num_buckets=10,
                       bucket_by="types", positions=None, num_examples=8, cache=None,
-                      model_source="best", tfds_data_dir=None):
+                      model_source="best", tfds_data_dir=None, mixed_precision=None):
     """Evaluates a run on a split and writes the report files into `output_dir`.
 
     Files: `metrics.json` (perplexity, gate statistics, for a sentinel pointer its diagnostics
@@ -54,6 +54,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             and the baseline; named in the metrics (`model_source`, `model_path`).
         tfds_data_dir: optional str. Where the corpus is prepared as a TFDS dataset, if not
             where the run's config says.
+        mixed_precision: optional Keras dtype policy to compute in (run and baseline) instead
+            of each run's own (`trained_run.load_trained_run`); named in the metrics.
 
     Returns:
         dict: the contents of `metrics.json`.
@@ -62,7 +64,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     if output_dir.exists() and not output_dir.is_dir():
         raise RunLoadError(f"output_dir={output_dir} is a file; expected a folder for the "
                            "report (or a path that does not exist yet).")
-    run = load_trained_run(workdir, data_dir, model_source, tfds_data_dir)
+    run = load_trained_run(workdir, data_dir, model_source, tfds_data_dir, mixed_precision)
     if split not in run.corpus.ids:
         raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
                            f"has {sorted(run.corpus.ids)}).")
@@ -96,12 +98,14 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     metrics = {
         "workdir": str(workdir), "model": model_label(run.config.model), "split": split,
         "model_source": run.model_source, "model_path": run.source,
+        "mixed_precision": run.config.train.mixed_precision,
         "num_targets": result.num_targets,
         "perplexity": result.perplexity,
         "gate": analysis.gate_statistics(result.gate, targets, in_window, bucket_of, num_buckets),
     }
     if baseline_workdir is not None:
-        baseline = load_trained_run(baseline_workdir, data_dir, model_source, tfds_data_dir)
+        baseline = load_trained_run(baseline_workdir, data_dir, model_source, tfds_data_dir,
+                                    mixed_precision)
         if baseline.corpus.vocabulary != run.corpus.vocabulary:
             raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
                                f"than {workdir}; the frequency comparison needs the same one.")

@@ -12,6 +12,7 @@ import keras
 from psmm_tf import workdir as run_files
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import corpus_setup
+from psmm_tf.models import rebuild_model
 
 
 class RunLoadError(ValueError):
@@ -38,7 +39,8 @@ def load_run_config(workdir, error=ValueError):
     return run_files.load_config(workdir, error)
 
 
-def load_trained_run(workdir, data_dir=None, model_source="best", tfds_data_dir=None):
+def load_trained_run(workdir, data_dir=None, model_source="best", tfds_data_dir=None,
+                     mixed_precision=None):
     """Loads a run's config, corpus and the model `model_source` names.
 
     Args:
@@ -48,6 +50,9 @@ def load_trained_run(workdir, data_dir=None, model_source="best", tfds_data_dir=
             "latest" (the newest readable checkpoint).
         tfds_data_dir: optional str. Where the corpus is prepared as a TFDS dataset, if not
             where the run's config says (`DataConfig.tfds_data_dir`).
+        mixed_precision: optional Keras dtype policy (`TrainConfig.mixed_precision`'s
+            choices) to compute in instead of the run's own, e.g. "float32" for a run trained
+            under "mixed_bfloat16" (the same float32 weights); the returned config says it.
 
     Returns:
         A `TrainedRun`.
@@ -80,5 +85,12 @@ def load_trained_run(workdir, data_dir=None, model_source="best", tfds_data_dir=
                            f"{config.data.data_dir}): {err}") from None
     model, source = run_files.load_model(workdir, model_source, config, vocabulary,
                                          error=RunLoadError)
+    if mixed_precision is not None and mixed_precision != config.train.mixed_precision:
+        try:
+            config = config.replace(train={"mixed_precision": mixed_precision})
+            model = rebuild_model(model, mixed_precision)
+        except ValueError as err:
+            raise RunLoadError(f"mixed_precision={mixed_precision!r} for {workdir}: "
+                               f"{err}") from None
     return TrainedRun(config=config, corpus=corpus, model=model, source=source,
                       model_source=model_source)

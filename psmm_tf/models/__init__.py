@@ -6,7 +6,7 @@ import os
 import pkgutil
 
 from psmm_tf.models.backbone import LSTMBackbone
-from psmm_tf.models.causal_lm import RecurrentCausalLM, read_model_file
+from psmm_tf.models.causal_lm import RecurrentCausalLM, read_model_file, rebuild_model
 from psmm_tf.models.char_output_lm import CharacterOutputLM
 from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.inputs import validate_inputs
@@ -143,6 +143,7 @@ __all__ = [
     "model_class",
     "model_config_differences",
     "model_kinds",
+    "rebuild_model",
     "register_model",
     "unregister_model",
     "validate_inputs",

@@ -532,16 +532,29 @@ def _model_file_preset(path, cls, load_weights=True, dtype=None, **kwargs):
     _check_preset_class(model, cls, path)
     if load_weights and dtype is None:
         return model
+    return rebuild_model(model, dtype, load_weights)
+
+
+def rebuild_model(model, dtype=None, load_weights=True):
+    """`model` built again from its config under the Keras dtype policy `dtype` (None: its
+    own), with its weights (cast to the new variables' dtype) unless `load_weights` is False.
+
+    E.g. a run trained under `mixed_bfloat16` scored in float32: its variables are float32
+    under either policy, so only the computation changes.
+    """
     config = model.get_config()
     if dtype is not None:
+        if "backbone" not in config:
+            raise ValueError(f"dtype={dtype!r}: a {type(model).__name__} computes under its base "
+                             "model's dtype policy; a model with a backbone was expected.")
         backbone = dict(config["backbone"])
         backbone["config"] = dict(backbone["config"], dtype=dtype)
         config["backbone"] = backbone
-    rebuilt = type(model).from_config(dict(config, preprocessor=model.preprocessor))
+    new_model = type(model).from_config(dict(config, preprocessor=model.preprocessor))
     if load_weights:
-        for new, old in zip(rebuilt.weights, model.weights):
+        for new, old in zip(new_model.weights, model.weights, strict=True):
             new.assign(ops.cast(old, new.dtype))
-    return rebuilt
+    return new_model
 
 
 def _preset_model_file(path):
