@@ -46,6 +46,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from psmm_tf import gradients
 from psmm_tf import workdir as run_files
 from psmm_tf.data import corpus_setup
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
@@ -378,7 +379,8 @@ def frozen_windows(read, base_model, data, batch_size, num_predicted):
 def make_train_step(model, optimizer, clip_norm):
     """A compiled update of `model.char_output` (a `CharacterOutputLM`'s) on
     `(hidden (N, H), chars (N, W))`: Adam on the mean `-log p_char(word | h)`, the gradient
-    clipped to global norm `clip_norm`. Returns `(loss, gradient norm)`."""
+    clipped to global norm `clip_norm` as every training step clips (`gradients.clip_gradients`).
+    Returns `(loss, gradient norm)`."""
     variables = model.char_output.trainable_variables
 
     @tf.function(reduce_retracing=True)
@@ -386,8 +388,7 @@ def make_train_step(model, optimizer, clip_norm):
         with tf.GradientTape() as tape:
             log_probs = model.char_output(hidden, target_chars, training=True)
             loss = -tf.reduce_mean(log_probs)
-        grads = tape.gradient(loss, variables)
-        grads, norm = tf.clip_by_global_norm(grads, clip_norm)
+        grads, norm = gradients.clip_gradients(tape.gradient(loss, variables), clip_norm)
         optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss, norm
 
