@@ -48,6 +48,7 @@ import tensorflow as tf
 
 from psmm_tf import gradients
 from psmm_tf import workdir as run_files
+from psmm_tf.configs import check_positive_ints
 from psmm_tf.data import corpus_setup
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
 from psmm_tf.layers.char_lstm_output import trimmed_spellings
@@ -99,12 +100,10 @@ class CharOutputConfig:
         if not isinstance(self.base_workdir, str) or not self.base_workdir:
             raise ValueError(f"base_workdir must be a trained run's folder, got "
                              f"{self.base_workdir!r}.")
-        for name in ("units", "char_embedding_dim", "epochs", "words_per_update",
-                     "shuffle_words"):
-            _check_positive(name, getattr(self, name))
-        for name in ("batch_size", "num_predicted", "steps_per_epoch", "max_eval_tokens"):
-            if getattr(self, name) is not None:
-                _check_positive(name, getattr(self, name))
+        check_positive_ints(self, ("units", "char_embedding_dim", "epochs", "words_per_update",
+                                   "shuffle_words"), optional=("batch_size", "num_predicted",
+                                                               "steps_per_epoch",
+                                                               "max_eval_tokens"))
         if self.max_eval_tokens is not None and self.max_eval_tokens < 2:
             raise ValueError(f"max_eval_tokens must be >= 2 (a word to read and one to "
                              f"predict), got {self.max_eval_tokens!r}.")
@@ -129,11 +128,6 @@ class CharOutputConfig:
         if unknown:
             raise ValueError(f"unexpected field(s) {unknown} in a character-output config.")
         return cls(**fields)
-
-
-def _check_positive(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
 
 
 @dataclasses.dataclass
@@ -459,9 +453,9 @@ class _CharOutputRun:
     def _restore(self, checkpoint):
         """Restores the latest checkpoint, if any; returns the finished epochs' records.
 
-        Checkpoints written before the shared keys hold the layer, Adam (with the learning
-        rate) and the finished epochs under `char_output`, `optimizer` and `epoch`: the
-        schedule's state is then the one the history gives."""
+        Checkpoints written before the shared keys hold the layer, Adam and the finished epochs
+        under `char_output`, `optimizer` and `epoch`: the schedule's state is then its rule
+        replayed over the finished epochs' validation perplexities."""
         directory = self.workdir / run_files.CHECKPOINT_DIR
         old = tf.train.Checkpoint(char_output=self.model.char_output, optimizer=self.optimizer,
                                   epoch=self.progress.epoch)
@@ -478,13 +472,8 @@ class _CharOutputRun:
         history = run_setup.finished_history(
             self.workdir, self.progress.get()[0], path, first_epoch=1,
             remedy="train the output layer again in another workdir")
-        if old_format:
-            valid = [r["valid"]["open_perplexity"] for r in history]
-            valid = [v if math.isfinite(v) else math.inf for v in valid]
-            self.schedule.learning_rate.assign(float(self.optimizer.learning_rate.numpy()))
-            self.schedule.best_perplexity.assign(min(valid, default=math.inf))
-            self.schedule.previous_perplexity.assign(valid[-1] if valid else math.inf)
-            self.schedule.epochs_done.assign(len(history))
+        for record in history if old_format else ():  # the schedule's rule replayed
+            self.schedule.update(record["valid"]["open_perplexity"])
         # The epochs may grow on a resume: the schedule's counters come from the file.
         self.schedule.max_epochs = self.schedule.patience = self.config.epochs
         return history
