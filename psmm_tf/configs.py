@@ -37,9 +37,13 @@ def _check_choice(name, value, choices):
         raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
 
 
-def _check_positive_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+def check_positive_ints(config, names, optional=()):
+    """ValueError naming the first field of `config` in `names`, or in `optional` and not None,
+    that is not an integer >= 1."""
+    for name in (*names, *(n for n in optional if getattr(config, n) is not None)):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,9 +243,8 @@ class ModelConfig:
                            _own_hyperparameters(self.kind, self.hyperparameters))
         _check_choice("softmax", self.softmax, SOFTMAX_KINDS)
         _check_choice("input_embedding", self.input_embedding, INPUT_EMBEDDINGS)
-        for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers", "window_size",
-                     "num_sampled", "max_word_length"):
-            _check_positive_int(name, getattr(self, name))
+        check_positive_ints(self, ("vocab_size", "embedding_dim", "hidden_dim", "num_layers",
+                                   "window_size", "num_sampled", "max_word_length"))
         for name in ("input_dropout", "hidden_dropout", "output_dropout", "zoneout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -250,7 +253,7 @@ class ModelConfig:
                                             or not self.base_model):
             raise ValueError(f"base_model must be the path of a trained model.keras or None, "
                              f"got {self.base_model!r}.")
-        _check_positive_int("gate_embedding_dim", self.gate_embedding_dim)
+        check_positive_ints(self, ("gate_embedding_dim",))
         if self.init_scale is not None and not 0.0 < self.init_scale < float("inf"):
             raise ValueError(f"init_scale must be a finite number > 0 or None, got "
                              f"{self.init_scale!r}.")
@@ -356,16 +359,14 @@ class TrainConfig:
         _check_choice("jit_compile", self.jit_compile, JIT_COMPILE_MODES)
         _check_choice("native", self.native, NATIVE_MODES)
         _check_choice("mixed_precision", self.mixed_precision, PRECISION_POLICIES)
-        for name in ("batch_size", "num_predicted", "patience", "max_epochs", "eval_batch_size",
-                     "eval_length", "checkpoint_every_steps", "keep_checkpoints"):
-            _check_positive_int(name, getattr(self, name))
+        check_positive_ints(self, ("batch_size", "num_predicted", "patience", "max_epochs",
+                                   "eval_batch_size", "eval_length", "checkpoint_every_steps",
+                                   "keep_checkpoints"), optional=("steps_per_epoch",
+                                                                  "max_eval_tokens"))
         for name in ("warmup_steps", "pointer_warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}.")
-        for name in ("steps_per_epoch", "max_eval_tokens"):
-            if getattr(self, name) is not None:
-                _check_positive_int(name, getattr(self, name))
         if self.init_from is not None and (not isinstance(self.init_from, str)
                                            or not self.init_from):
             raise ValueError(f"init_from must be the path of a trained run folder or .keras "
@@ -431,12 +432,10 @@ class DataConfig:
         _check_choice("dataset", self.dataset, DATASETS)
         for name in ("train_split", "valid_split", "test_split"):
             _check_choice(name, getattr(self, name), SPLITS)
-        _check_positive_int("min_count", self.min_count)
-        if self.max_vocab_size is not None:
-            _check_positive_int("max_vocab_size", self.max_vocab_size)
-            if self.max_vocab_size < 3:
-                raise ValueError(f"max_vocab_size must be >= 3 (<unk>, <eos> and at least one "
-                                 f"word), got {self.max_vocab_size}.")
+        check_positive_ints(self, ("min_count",), optional=("max_vocab_size",))
+        if self.max_vocab_size is not None and self.max_vocab_size < 3:
+            raise ValueError(f"max_vocab_size must be >= 3 (<unk>, <eos> and at least one "
+                             f"word), got {self.max_vocab_size}.")
 
 
 @dataclasses.dataclass(frozen=True)

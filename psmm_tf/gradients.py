@@ -182,8 +182,16 @@ def clip_gradients(grads, clip_norm, groups=(), loss_scale=1.0):
     arguments these are).
 
     Returns:
-        `(clipped, norm)`: the clipped list (each in its gradient's dtype) and the global norm
-        of all of the true gradients before clipping.
+        `(clipped, norm)`: the clipped list (each in its gradient's dtype, a `tf.IndexedSlices`
+        kept sparse: an optimizer updates only its rows) and the global norm of all of the true
+        gradients before clipping.
     """
     scales, norm = clip_scales(grads, clip_norm, groups, loss_scale)
-    return [g * ops.cast(scale, g.dtype) for g, scale in zip(grads, scales, strict=True)], norm
+    return [_scaled(g, ops.cast(scale, g.dtype)) for g, scale in zip(grads, scales, strict=True)
+            ], norm
+
+
+def _scaled(grad, scale):
+    if hasattr(grad, "indices"):  # tf.IndexedSlices
+        return type(grad)(grad.values * scale, grad.indices, grad.dense_shape)
+    return grad * scale

@@ -11,7 +11,6 @@ function of the variables' values (`value_and_grad` over `stateless_call`,
 import keras
 from keras import ops
 
-from psmm_tf.configs import TrainConfig
 from psmm_tf.gradients import WindowStepSettings
 
 
@@ -21,32 +20,21 @@ class JaxTrainStep(WindowStepSettings):
     Args:
         model: a `LanguageModel`.
         optimizer: a Keras optimizer (built here for the model's trainable variables).
-        global_batch_size, context_length, use_memory, clip_norm, pointer_clip_norm,
-            pointer_weight, char_cnn_clip_norm: `psmm_tf.gradients.WindowStepSettings`'s.
+        settings, named_settings: `psmm_tf.gradients.WindowStepSettings`'s arguments after
+            `model` (global_batch_size, context_length, use_memory, clip norms, ...).
 
-    Call arguments:
-        batch: dict of arrays as from `training_windows`: `token_ids`, `token_mask` `(B, C + T)`,
-            `targets`, `target_weights` `(B, T)`.
-        state, memory: carried from the previous step (`model.zero_state(B)`,
-            `model.empty_memory(B)` or None at the start).
-
-    Returns:
-        `(metrics, state, memory)` as `TrainStep`: `metrics` holds the batch's sums (`loss`,
-        `nll`, `pointer_loss`, `gate`, `weight`) and `grad_norm` (before clipping). The model's
-        and the optimizer's variables are updated.
+    Call arguments and returns: `TrainStep`'s, on one device (state and memory as arrays of B
+    rows, None at the start: `zero_carry`); the model's and the optimizer's variables are
+    updated.
     """
 
-    def __init__(self, model, optimizer, global_batch_size, context_length, use_memory,
-                 clip_norm=TrainConfig.clip_norm, pointer_clip_norm=TrainConfig.pointer_clip_norm,
-                 pointer_weight=TrainConfig.pointer_loss_weight,
-                 char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm):
+    def __init__(self, model, optimizer, *settings, **named_settings):
         if keras.backend.backend() != "jax":
             raise RuntimeError("JaxTrainStep needs the JAX backend (KERAS_BACKEND=jax), got "
                                f"{keras.backend.backend()!r}.")
         import jax
 
-        super().__init__(model, global_batch_size, context_length, use_memory, clip_norm,
-                         pointer_clip_norm, pointer_weight, char_cnn_clip_norm)
+        super().__init__(model, *settings, **named_settings)
         self.optimizer = optimizer
         optimizer.build(model.trainable_variables)
         self._value_and_grad = jax.value_and_grad(self._loss, has_aux=True)

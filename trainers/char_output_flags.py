@@ -1,11 +1,10 @@
 """psmm-train's --char_output_on mode: a character-LSTM output layer trained on a run's frozen
-model (`psmm_tf.training.char_output_training`), its flags and its run."""
+model (`psmm_tf.training.char_output_training`): its flags, its config and its run."""
 
 import sys
 
 from absl import flags
 
-from psmm_tf import cli
 from psmm_tf.trainers.config_flags import CHECKS, OVERRIDE_FLAG, all_flags
 
 # Flags a --char_output_on run takes, and the `CharOutputConfig` field each sets.
@@ -80,19 +79,14 @@ def char_output_config(flag_values):
     return CharOutputConfig(base_workdir=str(f["char_output_on"].value), **fields)
 
 
-def train(flag_values, program):
-    """Runs --char_output_on's training and prints its numbers; a bad flag or run folder exits
-    with the message alone (nothing written)."""
+def train(config, workdir, verbose):
+    """Trains the output layer of `config` in `workdir`; prints its numbers. A base run that
+    cannot be loaded exits with the message (psmm-train's other refusals are its own)."""
     from psmm_tf.evaluation.trained_run import RunLoadError
-    from psmm_tf.training import char_output_training, checkpointing, run_setup
+    from psmm_tf.training import char_output_training
 
     try:
-        config = char_output_config(flag_values)
-    except ValueError as err:
-        cli.usage_error(program, err)
-    try:
-        results = char_output_training.run(config, flag_values["workdir"].value,
-                                           verbose=flag_values["verbose"].value)
-    except (RunLoadError, run_setup.RunRefusedError, checkpointing.CheckpointRestoreError) as err:
+        results = char_output_training.run(config, workdir, verbose=verbose)
+    except RunLoadError as err:
         sys.exit(f"FATAL {err}")
     print(char_output_training.format_results(results), flush=True)

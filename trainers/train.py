@@ -83,14 +83,12 @@ def _main(argv):
         cli.usage_error(PROGRAM, f"Unexpected arguments: {' '.join(argv[1:])}")
     cli.require_tensorflow_backend(PROGRAM)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # no INFO line per shard
-    if FLAGS.char_output_on is not None:
-        char_output_flags.train(FLAGS, PROGRAM)
-        return
+    chars = FLAGS.char_output_on is not None
     try:
-        config = config_from_flags()
+        config = char_output_flags.char_output_config(FLAGS) if chars else config_from_flags()
         if FLAGS.strategy == "multi_worker" and not os.environ.get("TF_CONFIG"):
             raise app.UsageError("--strategy=multi_worker needs the cluster in TF_CONFIG.")
-    except app.UsageError as err:  # the message alone, not the whole help; nothing written
+    except (app.UsageError, ValueError) as err:  # the message alone; nothing written
         cli.usage_error(PROGRAM, err)
     config_flags.configure_native()
     from psmm_tf.training import checkpointing, comparison, distribution, run_setup, train_lib
@@ -98,7 +96,9 @@ def _main(argv):
     options = dict(strategy=distribution.make_strategy(FLAGS.strategy, FLAGS.logical_cpus),
                    verbose=FLAGS.verbose, restart=FLAGS.restart)
     try:
-        if FLAGS.compare_baseline:
+        if chars:
+            char_output_flags.train(config, FLAGS.workdir, FLAGS.verbose)
+        elif FLAGS.compare_baseline:
             results = comparison.compare_with_baseline(config, FLAGS.workdir, **options)
             print(comparison.format_comparison(results), flush=True)
         else:

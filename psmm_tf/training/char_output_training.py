@@ -23,8 +23,8 @@ alone and over those inside it.
 
 The run's folder holds char_output.json (`CharOutputConfig`), checkpoints/ (one per finished
 epoch: a killed run resumes from its last finished epoch), model.keras (`CharacterOutputLM`,
-the best epoch by validation perplexity of the open-vocabulary model), history.json and
-results.json.
+the best epoch by validation perplexity of the open-vocabulary model), history.json,
+steps.jsonl, tensorboard/ and results.json, as a psmm-train run's (`train_lib.drive`).
 
 Example:
 ```python
@@ -46,12 +46,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from psmm_tf import gradients
 from psmm_tf import workdir as run_files
+from psmm_tf.configs import check_positive_ints
 from psmm_tf.data import corpus_setup
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
 from psmm_tf.layers.char_lstm_output import trimmed_spellings
 from psmm_tf.models import CharacterOutputLM, read_model_file
 from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
+from psmm_tf.training.schedule import PlateauSchedule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,12 +100,10 @@ class CharOutputConfig:
         if not isinstance(self.base_workdir, str) or not self.base_workdir:
             raise ValueError(f"base_workdir must be a trained run's folder, got "
                              f"{self.base_workdir!r}.")
-        for name in ("units", "char_embedding_dim", "epochs", "words_per_update",
-                     "shuffle_words"):
-            _check_positive(name, getattr(self, name))
-        for name in ("batch_size", "num_predicted", "steps_per_epoch", "max_eval_tokens"):
-            if getattr(self, name) is not None:
-                _check_positive(name, getattr(self, name))
+        check_positive_ints(self, ("units", "char_embedding_dim", "epochs", "words_per_update",
+                                   "shuffle_words"), optional=("batch_size", "num_predicted",
+                                                               "steps_per_epoch",
+                                                               "max_eval_tokens"))
         if self.max_eval_tokens is not None and self.max_eval_tokens < 2:
             raise ValueError(f"max_eval_tokens must be >= 2 (a word to read and one to "
                              f"predict), got {self.max_eval_tokens!r}.")
@@ -127,11 +128,6 @@ class CharOutputConfig:
         if unknown:
             raise ValueError(f"unexpected field(s) {unknown} in a character-output config.")
         return cls(**fields)
-
-
-def _check_positive(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
 
 
 @dataclasses.dataclass
@@ -378,7 +374,8 @@ def frozen_windows(read, base_model, data, batch_size, num_predicted):
 def make_train_step(model, optimizer, clip_norm):
     """A compiled update of `model.char_output` (a `CharacterOutputLM`'s) on
     `(hidden (N, H), chars (N, W))`: Adam on the mean `-log p_char(word | h)`, the gradient
-    clipped to global norm `clip_norm`. Returns `(loss, gradient norm)`."""
+    clipped to global norm `clip_norm` as every training step clips (`gradients.clip_gradients`).
+    Returns `(loss, gradient norm)`."""
     variables = model.char_output.trainable_variables
 
     @tf.function(reduce_retracing=True)
@@ -386,8 +383,7 @@ def make_train_step(model, optimizer, clip_norm):
         with tf.GradientTape() as tape:
             log_probs = model.char_output(hidden, target_chars, training=True)
             loss = -tf.reduce_mean(log_probs)
-        grads = tape.gradient(loss, variables)
-        grads, norm = tf.clip_by_global_norm(grads, clip_norm)
+        grads, norm = gradients.clip_gradients(tape.gradient(loss, variables), clip_norm)
         optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss, norm
 
@@ -414,8 +410,10 @@ def run(config, workdir, verbose=1):
 
 class _CharOutputRun:
     """A character-output run as `train_lib.drive` runs it: its own data (the frozen model's
-    hidden states in shuffled updates), step, evaluation and schedule (the learning rate
-    halved after an epoch that is not the best so far); one checkpoint per finished epoch."""
+    hidden states in shuffled updates), step and evaluation; the shared schedule (the learning
+    rate halved after an epoch that is not the best so far, a fixed number of epochs),
+    checkpoint keys (one checkpoint per finished epoch) and reports (steps.jsonl, TensorBoard,
+    history.json)."""
 
     def __init__(self, config, workdir, verbose):
         self.config, self.workdir = config, workdir
@@ -430,23 +428,15 @@ class _CharOutputRun:
         self.model = build_char_output_model(config, base_run.model)
         self.optimizer = keras.optimizers.Adam(config.learning_rate)
         self.optimizer.build(self.model.char_output.trainable_variables)
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.schedule = PlateauSchedule(config.learning_rate, 0.5, config.epochs, config.epochs,
+                                        decay_unless_best=True)
+        self.progress = checkpointing.Progress()
         # The dropout's random state too: a resumed run draws the masks an unbroken one would.
-        checkpoint = tf.train.Checkpoint(
-            char_output=checkpointing.track_random_states(self.model.char_output),
-            optimizer=self.optimizer, epoch=self.epoch)
+        checkpoint = checkpointing.make_checkpoint(self.model.char_output, self.optimizer,
+                                                   self.schedule, self.progress)
         self.manager = checkpointing.make_manager(checkpoint,
                                                   workdir / run_files.CHECKPOINT_DIR, 2)
-        try:
-            path = checkpointing.restore_latest(checkpoint, workdir / run_files.CHECKPOINT_DIR)
-        except AssertionError as err:
-            raise run_setup.RunRefusedError(
-                f"The checkpoints of {workdir} hold another model ({err}); nothing was changed "
-                f"there: use another workdir.") from None
-        # The best model cannot be told without the finished epochs' records.
-        self.history = run_setup.finished_history(
-            workdir, int(self.epoch.numpy()), path, first_epoch=1,
-            remedy="train the output layer again in another workdir")
+        self.history = self._restore(checkpoint)
         if next(_training_windows(self.splits["train"], self.batch_size, self.num_predicted),
                 None) is None:
             raise run_setup.RunRefusedError(
@@ -457,52 +447,93 @@ class _CharOutputRun:
         self.train_step = make_train_step(self.model, self.optimizer, config.clip_norm)
         self.read = make_reader(self.model.base_model)
         self.reporter = reporting.Reporter(workdir, verbose=verbose)
+        self.reporter.drop_steps_after(self.progress.get()[2])
         self.start_time = time.time()
+
+    def _restore(self, checkpoint):
+        """Restores the latest checkpoint, if any; returns the finished epochs' records.
+
+        Checkpoints written before the shared keys hold the layer, Adam and the finished epochs
+        under `char_output`, `optimizer` and `epoch`: the schedule's state is then its rule
+        replayed over the finished epochs' validation perplexities."""
+        directory = self.workdir / run_files.CHECKPOINT_DIR
+        old = tf.train.Checkpoint(char_output=self.model.char_output, optimizer=self.optimizer,
+                                  epoch=self.progress.epoch)
+        try:
+            path, old_format = checkpointing.restore_latest(checkpoint, directory), False
+        except AssertionError as err:
+            try:
+                path, old_format = checkpointing.restore_latest(old, directory), True
+            except AssertionError:
+                raise run_setup.RunRefusedError(
+                    f"The checkpoints of {self.workdir} hold another model ({err}); nothing "
+                    f"was changed there: use another workdir.") from None
+        # The best model cannot be told without the finished epochs' records.
+        history = run_setup.finished_history(
+            self.workdir, self.progress.get()[0], path, first_epoch=1,
+            remedy="train the output layer again in another workdir")
+        for record in history if old_format else ():  # the schedule's rule replayed
+            self.schedule.update(record["valid"]["open_perplexity"])
+        # The epochs may grow on a resume: the schedule's counters come from the file.
+        self.schedule.max_epochs = self.schedule.patience = self.config.epochs
+        return history
 
     @property
     def should_stop(self):
-        return int(self.epoch.numpy()) >= self.config.epochs
+        return self.schedule.should_stop
 
     def train_epoch(self):
-        """Trains one epoch; returns its training word perplexity."""
+        """Trains one epoch; returns its `EpochMeter` (the mean loss per word)."""
         config = self.config
+        epoch, _, global_step = self.progress.get()
         # A resumed run shuffles each epoch as an unbroken one does.
-        rng = np.random.default_rng([config.seed, int(self.epoch.numpy())])
-        losses, words = [], []
+        rng = np.random.default_rng([config.seed, epoch])
+        meter = reporting.EpochMeter()
+        lr = float(self.schedule.learning_rate.numpy())
+        self.optimizer.learning_rate = lr
+        self.reporter.start_epoch(epoch, config.steps_per_epoch, 0)
         windows = frozen_windows(self.read, self.model.base_model, self.splits["train"],
                                  self.batch_size, self.num_predicted)
         for step, (hidden, target_chars) in enumerate(shuffled_word_batches(
                 windows, config.words_per_update, config.shuffle_words, rng)):
             if config.steps_per_epoch is not None and step >= config.steps_per_epoch:
                 break
-            loss, _ = self.train_step(hidden, target_chars)
-            losses.append(float(loss))
-            words.append(len(hidden))
-            if not math.isfinite(losses[-1]):
+            loss, norm = self.train_step(hidden, target_chars)
+            if not math.isfinite(float(loss)):
                 raise train_lib.NonFiniteLossError(
-                    f"The character output's loss is {losses[-1]} at step {step}; the last "
+                    f"The character output's loss is {float(loss)} at step {step}; the last "
                     f"checkpoint is kept.")
-        return float(np.exp(np.average(losses, weights=words)))
+            # The sums `EpochMeter` takes, of a step with no pointer (gate 1 on every word).
+            words = float(len(hidden))
+            metrics = {"loss": float(loss) * words, "nll": float(loss) * words,
+                       "pointer_loss": 0.0, "gate": words, "weight": words, "grad_norm": norm}
+            meter.add(metrics)
+            global_step += 1
+            self.reporter.step(epoch, step, global_step, metrics, meter, lr)
+        self.progress.set(epoch, 0, global_step)
+        return meter
 
-    def end_epoch(self, train_perplexity):
-        """Validates; records the epoch, then saves the best model (or halves the learning
-        rate), then the checkpoint that counts the epoch as done: a run killed in between
-        repeats the epoch, its history cut back to the checkpoint's epochs."""
+    def end_epoch(self, meter):
+        """Validates and applies the schedule; records the epoch, then saves the best model,
+        then the checkpoint that counts the epoch as done: a run killed in between repeats the
+        epoch, its history cut back to the checkpoint's epochs."""
         valid = self.evaluate("valid")
-        number = int(self.epoch.numpy()) + 1
-        record = {"epoch": number, "train_word_perplexity": train_perplexity,
-                  "learning_rate": float(self.optimizer.learning_rate.numpy()), "valid": valid}
-        best = min((r["valid"]["open_perplexity"] for r in self.history), default=math.inf)
+        epoch, _, global_step = self.progress.get()
+        lr = float(self.schedule.learning_rate.numpy())
+        decision = self.schedule.update(valid["open_perplexity"])
+        train_perplexity = meter.summary()["perplexity"]
+        record = {"epoch": epoch + 1, "train_word_perplexity": train_perplexity,
+                  "learning_rate": lr, "valid": valid}
         self.history.append(record)
         self.reporter.end_epoch(record, (
-            f"char output epoch {number}: train word perplexity {train_perplexity:.2f}, valid "
-            f"{valid['open_perplexity']:.2f} (oov {valid['oov']['open_perplexity']:.2f})"))
-        if valid["open_perplexity"] < best:
+            f"char output epoch {epoch + 1}: train word perplexity {train_perplexity:.2f}, "
+            f"valid {valid['open_perplexity']:.2f} (oov {valid['oov']['open_perplexity']:.2f})"))
+        self.reporter.train_scalars(global_step, meter, lr)
+        self.reporter.validation_scalars(global_step, valid["open_perplexity"])
+        if decision.improved:
             run_files.save_model_atomic(self.model, self.workdir / run_files.MODEL_FILE)
-        else:
-            self.optimizer.learning_rate.assign(self.optimizer.learning_rate * 0.5)
-        self.epoch.assign(number)
-        self.manager.save(checkpoint_number=number)
+        self.progress.set(epoch + 1, 0, global_step)
+        self.manager.save(checkpoint_number=epoch + 1)
 
     def finish(self):
         """Evaluates the best epoch's model on the test split; writes results.json."""

@@ -5,6 +5,7 @@ Evaluator's; training, resuming and refusing in a run folder."""
 import dataclasses
 import json
 import math
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from psmm_tf.data.spelling import spell_splits
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import CharacterOutputLM, LSTMBackbone, LSTMLanguageModel, PointerSentinelLM
-from psmm_tf.training import char_output_training
+from psmm_tf.training import char_output_training, checkpointing
 from psmm_tf.training.char_output_training import CharOutputConfig, _Data, evaluate_char_output
 
 W = 10
@@ -263,6 +264,43 @@ class CharOutputRunTest(testing.TestCase):
         for one, other in zip(*(m.char_output.get_weights() for m in models), strict=True):
             self.assertAllClose(one, other, rtol=1e-6, atol=1e-7)
         self.assertEqual([m.char_output.char_dropout for m in models], [0.3, 0.3])
+        # Both logged every step once (steps.jsonl), the resumed run's as the unbroken one's.
+        steps = [run_files.read_step_losses(w) for w in (unbroken, broken)]
+        self.assertEqual(sorted(steps[0]), [(e, s) for e in (0, 1) for s in range(15)])
+        self.assertEqual(sorted(steps[0]), sorted(steps[1]))
+        self.assertAllClose([steps[0][k] for k in sorted(steps[0])],
+                            [steps[1][k] for k in sorted(steps[0])], rtol=1e-6)
+
+    @testing.skip_unless_tensorflow("the run's trainer is TensorFlow's")
+    def test_a_checkpoint_of_the_first_keys_resumes_as_an_unbroken_run(self):
+        # Checkpoints written before the shared keys held `char_output`, `optimizer` (with the
+        # next epoch's learning rate) and `epoch`; one is written here from a finished epoch.
+        config = self._config(steps_per_epoch=15, learning_rate=0.05)
+        unbroken, old = f"{self.root}/first_keys_unbroken", Path(self.root) / "first_keys"
+        char_output_training.run(dataclasses.replace(config, epochs=3), unbroken, verbose=0)
+        char_output_training.run(dataclasses.replace(config, epochs=2), old, verbose=0)
+        run = char_output_training._CharOutputRun(config, old, verbose=0)
+        run.reporter.close()
+        run.optimizer.learning_rate = float(run.schedule.learning_rate.numpy())
+        shutil.rmtree(old / run_files.CHECKPOINT_DIR)
+        (old / run_files.STEPS_FILE).unlink()
+        first_keys = tf.train.Checkpoint(char_output=run.model.char_output,
+                                         optimizer=run.optimizer,
+                                         epoch=tf.Variable(2, dtype=tf.int64))
+        checkpointing.make_manager(first_keys, old / run_files.CHECKPOINT_DIR, 2).save(2)
+        char_output_training.run(dataclasses.replace(config, epochs=3), old, verbose=0)
+        records = [json.loads((Path(w) / run_files.HISTORY_FILE).read_text())
+                   for w in (unbroken, old)]
+        self.assertEqual([r["epoch"] for r in records[1]], [1, 2, 3])
+        for one, other in zip(*records, strict=True):
+            self.assertAllClose(one["learning_rate"], other["learning_rate"], rtol=1e-6)
+            self.assertAllClose(one["valid"]["open_perplexity"],
+                                other["valid"]["open_perplexity"], rtol=1e-5)
+        # It is saved under the shared keys from then on.
+        latest = tf.train.latest_checkpoint(old / run_files.CHECKPOINT_DIR)
+        keys = {name.split("/")[0] for name, _ in tf.train.list_variables(latest)}
+        self.assertTrue({"model", "optimizer", "schedule", "progress"} <= keys, keys)
+        self.assertNotIn("char_output", keys)
 
     @testing.skip_unless_tensorflow("the run's trainer is TensorFlow's")
     def test_a_split_without_a_window_is_refused_writing_nothing(self):

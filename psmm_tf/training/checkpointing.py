@@ -22,6 +22,7 @@ A checkpoint holds, under these keys:
     schedule    `PlateauSchedule`: learning rate, best / previous perplexity, bad epochs
     progress    epoch, step within it (the next window to read), global step
     carry       the LSTM state and pointer memory carried into that next window, global rows
+                (not in a character-output run's, whose `model` is its output layer)
     vocabulary  the sha256 of the run's vocabulary tokens (`vocab.sha256`'s), so a checkpoint
                 is checked against the vocabulary it is loaded with
                 (`psmm_tf.checkpoints.check_checkpoint_vocabulary`), not only against a
@@ -131,15 +132,16 @@ def track_random_states(model):
     return model
 
 
-def make_checkpoint(model, optimizer, schedule, progress, carry, vocabulary_sha256=None):
+def make_checkpoint(model, optimizer, schedule, progress, carry=None, vocabulary_sha256=None):
     """The `tf.train.Checkpoint` of a run, with the keys listed in this module's docstring
-    (`vocabulary` when `vocabulary_sha256`, a hex string, is given)."""
+    (`carry` when given: a character-output run carries nothing; `vocabulary` when
+    `vocabulary_sha256`, a hex string, is given)."""
     track_random_states(model)
-    extra = {}
+    extra = {} if carry is None else {"carry": carry}
     if vocabulary_sha256 is not None:
         extra["vocabulary"] = tf.Variable(vocabulary_sha256, trainable=False, dtype=tf.string)
     return tf.train.Checkpoint(model=model, optimizer=optimizer, schedule=schedule,
-                               progress=progress, carry=carry, **extra)
+                               progress=progress, **extra)
 
 
 def make_manager(checkpoint, directory, max_to_keep):

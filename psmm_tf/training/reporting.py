@@ -163,12 +163,10 @@ class Reporter:
             "pointer_loss_share": summary["pointer_loss_share"],
             "tokens_per_second": summary["tokens_per_second"]})
 
-    def validation_scalars(self, global_step, result):
-        """Writes the `validation` run's tags from an `EvaluationResult` at the global step."""
+    def validation_scalars(self, global_step, perplexity, mean_gate=1.0):
+        """Writes the `validation` run's tags at the global step (loss: log perplexity)."""
         self._scalars(VALIDATION_RUN, global_step, {
-            "perplexity": result.perplexity,
-            "loss": result.nll_sum / max(result.num_targets, 1),
-            "mean_gate": result.mean_gate})
+            "perplexity": perplexity, "loss": math.log(perplexity), "mean_gate": mean_gate})
 
     def _scalars(self, run, step, values):
         """Writes `values` (tag -> number) as TensorBoard scalars of `run` at `step`."""

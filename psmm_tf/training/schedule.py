@@ -39,6 +39,8 @@ class PlateauSchedule(tf.Module):
         lr_decay: float in (0, 1]. Factor applied when validation gets worse (paper: 0.5).
         patience: int >= 1. Epochs without a new best before stopping (paper: 3).
         max_epochs: int >= 1. Hard limit on epochs (paper: 64).
+        decay_unless_best: bool. Decay when validation is not a new best, not only when it is
+            worse than the previous epoch's (the character-output layer's rule).
 
     Example:
     ```python
@@ -51,7 +53,8 @@ class PlateauSchedule(tf.Module):
     ```
     """
 
-    def __init__(self, learning_rate, lr_decay=0.5, patience=3, max_epochs=64, name=None):
+    def __init__(self, learning_rate, lr_decay=0.5, patience=3, max_epochs=64,
+                 decay_unless_best=False, name=None):
         super().__init__(name=name)
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}.")
@@ -60,6 +63,7 @@ class PlateauSchedule(tf.Module):
         self.lr_decay = float(lr_decay)
         self.patience = int(patience)
         self.max_epochs = int(max_epochs)
+        self.decay_unless_best = decay_unless_best
         self.learning_rate = tf.Variable(float(learning_rate), dtype=tf.float64,
                                          trainable=False, name="learning_rate")
         self.best_perplexity = tf.Variable(math.inf, dtype=tf.float64, trainable=False,
@@ -83,7 +87,7 @@ class PlateauSchedule(tf.Module):
         previous = float(self.previous_perplexity.numpy())
         best = float(self.best_perplexity.numpy())
         # Section 5.2: halve the rate when validation is worse than the previous epoch's.
-        decayed = ppl > previous
+        decayed = ppl >= best if self.decay_unless_best else ppl > previous
         if decayed:
             self.learning_rate.assign(self.learning_rate * self.lr_decay)
         improved = ppl < best

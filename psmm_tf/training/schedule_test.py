@@ -23,6 +23,15 @@ class PlateauScheduleTest(tf.test.TestCase):
         self.assertTrue(schedule.should_stop)
         self.assertEqual(schedule.state_dict()["best_perplexity"], 90.0)
 
+    def test_decay_unless_best_halves_after_every_epoch_that_is_not_a_new_best(self):
+        schedule = PlateauSchedule(1.0, lr_decay=0.5, patience=9, max_epochs=9,
+                                   decay_unless_best=True)
+        # 92 is better than 95 but not than 90: halved too (the paper's rule keeps it), and an
+        # epoch equal to the best is no new best.
+        decisions = self.run_curve(schedule, [100.0, 90.0, 95.0, 92.0, 90.0, 80.0])
+        self.assertEqual([d.decayed for d in decisions], [False, False, True, True, True, False])
+        self.assertEqual(decisions[-1].learning_rate, 0.125)
+
     def test_a_new_best_resets_patience(self):
         schedule = PlateauSchedule(2.0, lr_decay=0.5, patience=2, max_epochs=64)
         decisions = self.run_curve(schedule, [50.0, 60.0, 40.0, 45.0, 44.0])

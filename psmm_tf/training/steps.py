@@ -15,7 +15,6 @@ import keras
 import tensorflow as tf
 
 from psmm_tf import native as native_kernels
-from psmm_tf.configs import TrainConfig
 from psmm_tf.gradients import (
     WindowStepSettings,
     clip_gradients,
@@ -44,8 +43,8 @@ class TrainStep(WindowStepSettings):
         model: a `LanguageModel`, built under `strategy.scope()`.
         optimizer: a Keras optimizer, built under `strategy.scope()`.
         strategy: a `tf.distribute.Strategy` (the default strategy for one device).
-        global_batch_size, context_length, use_memory, clip_norm, pointer_clip_norm,
-            char_cnn_clip_norm, pointer_weight: `psmm_tf.gradients.WindowStepSettings`'s.
+        settings, named_settings: `psmm_tf.gradients.WindowStepSettings`'s arguments after
+            `model` (global_batch_size, context_length, use_memory, clip norms, ...).
         jit_compile: bool. XLA-compile the forward and backward pass.
         native: optional "auto", "on" or "off": psmm_tf's native CPU kernels in the step
             (`psmm_tf.native`; `TrainConfig.native`). None: `psmm_tf.native.settings().mode`.
@@ -82,20 +81,16 @@ class TrainStep(WindowStepSettings):
     ```
     """
 
-    def __init__(self, model, optimizer, strategy, global_batch_size, context_length,
-                 use_memory, clip_norm=TrainConfig.clip_norm, jit_compile=False,
-                 pointer_clip_norm=TrainConfig.pointer_clip_norm,
-                 pointer_weight=TrainConfig.pointer_loss_weight,
-                 char_cnn_clip_norm=TrainConfig.char_cnn_clip_norm, native=None):
-        super().__init__(model, global_batch_size, context_length, use_memory, clip_norm,
-                         pointer_clip_norm, pointer_weight, char_cnn_clip_norm)
+    def __init__(self, model, optimizer, strategy, *settings, jit_compile=False, native=None,
+                 **named_settings):
+        super().__init__(model, *settings, **named_settings)
         if native is not None:
             native_kernels.check_mode(native)
         self.native = native
         self.jit_compile = bool(jit_compile)
         self.optimizer = optimizer
         self.strategy = strategy
-        self.rows = distribution.rows_per_replica(global_batch_size, strategy)
+        self.rows = distribution.rows_per_replica(self.global_batch_size, strategy)
         self.plain_sgd = sgd_update.supports(optimizer, model.trainable_variables)
         if not optimizer.built:  # its variables (a loss scale's too) exist before the first step
             with strategy.scope():

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from psmm_tf.configs import ModelConfig
 from psmm_tf.models import build_model
-from psmm_tf.training.steps import TrainStep
+from psmm_tf.training.steps import TrainStep, clip_gradients
 
 B, T, V = 3, 5, 17
 
@@ -161,6 +161,25 @@ class TrainStepTest(tf.test.TestCase):
         grouped = self._one_step(0.02, char_cnn_clip_norm=0.003)
         for a, b in zip(unset[3], grouped[3], strict=True):
             self.assertAllEqual(a, b)
+
+
+class ClipGradientsTest(tf.test.TestCase):
+
+    def test_sparse_rows_are_clipped_as_tf_clips_them_and_stay_sparse(self):
+        # An embedding's gradient, row 1 looked up twice: an optimizer given the slices
+        # updates only their rows (the character-output layer's Adam relies on it).
+        rows = tf.IndexedSlices(tf.constant([[3.0, 0.0], [0.0, 4.0], [1.0, 2.0]]),
+                                tf.constant([1, 1, 3]), tf.constant([5, 2]))
+        dense = tf.constant([[6.0, 8.0]])
+        for limit in (2.0, 100.0):
+            clipped, norm = clip_gradients([rows, dense], limit)
+            expected, expected_norm = tf.clip_by_global_norm([rows, dense], limit)
+            self.assertIsInstance(clipped[0], tf.IndexedSlices)
+            self.assertAllEqual(clipped[0].indices, rows.indices)
+            self.assertAllClose(clipped[0].values, expected[0].values)
+            self.assertAllClose(clipped[1], expected[1])
+            self.assertAllClose(norm, expected_norm)
+            self.assertAllClose(norm, np.sqrt(9 + 16 + 1 + 4 + 36 + 64))
 
 
 if __name__ == "__main__":

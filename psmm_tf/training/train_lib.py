@@ -218,7 +218,7 @@ class _Run:
                   "next_learning_rate": decision.learning_rate}
         self.reporter.end_epoch(record)
         self.reporter.train_scalars(global_step, meter, lr)
-        self.reporter.validation_scalars(global_step, valid)
+        self.reporter.validation_scalars(global_step, valid.perplexity, valid.mean_gate)
         self.progress.set(epoch + 1, 0, global_step)
         self.manager.save(checkpoint_number=global_step)
 
