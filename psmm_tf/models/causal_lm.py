@@ -328,8 +328,18 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                     f"{longest} (prompt and generated words together).")
         if self.preprocessor is not None and _is_text_list(inputs):
             return self._generate_texts(inputs, max_length, stop_token_ids, strip_prompt)
+        if self.preprocessor is not None and strip_prompt:
+            return self._generate_stripped(inputs, max_length, stop_token_ids)
         return super().generate(inputs, max_length=max_length, stop_token_ids=stop_token_ids,
                                 strip_prompt=strip_prompt)
+
+    def _generated_ids(self, prompts, stop_token_ids, strip_prompt):
+        """`generate_function` on preprocessed prompts, the prompt stripped where asked."""
+        if isinstance(stop_token_ids, str):  # "auto"
+            stop_token_ids = [self.preprocessor.tokenizer.end_token_id]
+        outputs = self.make_generate_function()(
+            prompts, stop_token_ids=None if stop_token_ids is None else tuple(stop_token_ids))
+        return _generated_part(outputs, prompts) if strip_prompt else outputs
 
     def _generate_texts(self, inputs, max_length, stop_token_ids, strip_prompt):
         """keras-hub's three passes (preprocess, `generate_function`, postprocess) on a str or
@@ -338,15 +348,23 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         prompts, unknown_words = self.preprocessor.open_vocabulary_prompts(
             texts, sequence_length=max_length)
-        if isinstance(stop_token_ids, str):  # "auto"
-            stop_token_ids = [self.preprocessor.tokenizer.end_token_id]
-        outputs = self.make_generate_function()(
-            prompts, stop_token_ids=None if stop_token_ids is None else tuple(stop_token_ids))
-        if strip_prompt:
-            outputs = _generated_part(outputs, prompts)
+        outputs = self._generated_ids(prompts, stop_token_ids, strip_prompt)
         generated = self.preprocessor.generate_postprocess(
             outputs, unknown_words=unknown_words, prompt_included=not strip_prompt)
         return generated[0] if isinstance(inputs, str) else generated
+
+    def _generate_stripped(self, inputs, max_length, stop_token_ids):
+        """keras-hub's three passes with `strip_prompt` on a string tensor or a dataset:
+        the generated words of each prompt (keras-hub's postprocess would drop the first of
+        them as the prompt's leading `<eos>`)."""
+        batches, input_is_scalar = self._normalize_generate_inputs(inputs)
+        outputs = []
+        for batch in batches:
+            prompts = self.preprocessor.generate_preprocess(batch, sequence_length=max_length)
+            outputs.append(self.preprocessor.generate_postprocess(
+                self._generated_ids(prompts, stop_token_ids, strip_prompt=True),
+                prompt_included=False))
+        return self._normalize_generate_outputs(outputs, input_is_scalar)
 
     def generate_step(self, inputs, stop_token_ids=None):
         """Fills each row's positions after its prompt, one token per step.

@@ -227,6 +227,31 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(prompt.split() + generated.split(), full.split())
         self.assertLen(generated.replace("\n", " \n ").split(), 4)  # 9 - <eos> - 4 words
 
+    def test_strip_prompt_gives_the_text_paths_words_for_tensors_datasets_and_ids(self):
+        # keras-hub's own path (a string tensor, a dataset; ids without a preprocessor) strips
+        # the prompt as the text path does: every generated word, the first one included.
+        model = _trained_looking(_task(dropout=0.0), self.rng)
+        model.compile(sampler="greedy")
+        prompts = ["w1 w2 w3", "w4 w5\nw6 w7 w8"]
+        full = model.generate(prompts, max_length=10, stop_token_ids=None)
+        generated = model.generate(prompts, max_length=10, stop_token_ids=None,
+                                   strip_prompt=True)
+        for prompt, text, words in zip(prompts, full, generated):
+            self.assertEqual(prompt.split() + words.split(), text.split())
+        dataset = tf.data.Dataset.from_tensor_slices(prompts).batch(1)
+        for inputs in (tf.constant(prompts), dataset):
+            self.assertEqual(model.generate(inputs, max_length=10, stop_token_ids=None,
+                                            strip_prompt=True), generated)
+        self.assertEqual(model.generate(tf.constant(prompts[1]), max_length=10,
+                                        stop_token_ids=None, strip_prompt=True), generated[1])
+        ids = model.preprocessor.generate_preprocess(prompts, sequence_length=10)
+        ids = {name: np.asarray(value) for name, value in ids.items()}
+        preprocessor, model.preprocessor = model.preprocessor, None
+        out = model.generate(ids, stop_token_ids=None, strip_prompt=True)
+        model.preprocessor = preprocessor
+        self.assertEqual(preprocessor.generate_postprocess(out, prompt_included=False),
+                         generated)
+
     def test_the_open_vocabulary_distribution_is_the_mixture_over_the_extra_ids(self):
         # Brute force: p(V + j) is the attention on the keys holding extra word j, p(<unk>)
         # the softmax's alone (no key is a literal <unk>), and each row sums to 1.
