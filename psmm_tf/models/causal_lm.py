@@ -36,6 +36,7 @@ from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 from psmm_tf.models.backbone import LSTMBackbone
+from psmm_tf.models.tokenizer import vocabulary_in_assets
 
 # A preset folder is keras-hub's layout (`save_to_preset`), its names keras-hub's; a psmm-train
 # run folder (`psmm_tf.workdir`) holding the model's `.keras` file loads as a preset too.
@@ -500,7 +501,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
         The folder holds `task.json` (the task's config), `task.weights.h5` (the head's
         weights), `config.json` and `model.weights.h5` (the backbone), `preprocessor.json`,
-        `tokenizer.json` and `assets/tokenizer/vocabulary.txt` (the tokenizer's asset), and
+        `tokenizer.json` and `assets/tokenizer/vocabulary.txt` (the tokenizer's asset, the one
+        copy of the tokens), and
         `metadata.json` (keras-hub's, plus `psmm_tf_version` and `class_name`).
 
         Raises:
@@ -524,7 +526,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             if os.path.lexists(os.path.join(path, name)):
                 raise FileExistsError(f"{os.path.join(path, name)} exists: save_to_preset never "
                                       "replaces a file; give an empty or new folder.")
-        super().save_to_preset(path, max_shard_size=max_shard_size)
+        with vocabulary_in_assets():  # the tokens once, in the tokenizer's asset
+            super().save_to_preset(path, max_shard_size=max_shard_size)
         metadata_file = os.path.join(path, PRESET_METADATA_FILE)
         with open(metadata_file) as f:
             metadata = json.load(f)

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import unittest
+import zipfile
 
 import keras
 import keras_hub
@@ -412,6 +413,44 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         clone.set_weights(model.get_weights())
         self.assertAllClose(clone.score_text("w1 w2 w3")["log_probs"],
                             model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
+
+    def test_saved_files_hold_the_vocabulary_once_as_the_asset(self):
+        # A preset's JSON files and a .keras file's config.json leave the tokens to the
+        # tokenizer's vocabulary.txt (keras-hub's way); both load with the vocabulary.
+        words = [f"tok{i}x" for i in range(len(WORDS) - 2)]
+        vocabulary = Vocabulary(["<unk>", "<eos>"] + words)
+        model = _trained_looking(_task(), self.rng)
+        model.preprocessor.set_vocabulary(vocabulary)
+        texts = ["tok3x tok4x tok3x\ntok5x", "tok7x"]
+        preset = os.path.join(self.get_temp_dir(), "preset")
+        model.save_to_preset(preset)
+        for name in ("task.json", "preprocessor.json", "tokenizer.json", "config.json",
+                     "metadata.json"):
+            with open(os.path.join(preset, name)) as f:
+                self.assertNotIn("tok5x", f.read(), msg=name)
+        with open(os.path.join(preset, "assets", "tokenizer", "vocabulary.txt")) as f:
+            self.assertEqual(f.read().split("\n").count("tok5x"), 1)
+        for loaded in (keras_hub.models.CausalLM.from_preset(preset),
+                       PointerSentinelLM.from_preset(preset)):
+            self.assertEqual(loaded.preprocessor.vocabulary, vocabulary)
+            self.assertAllClose(loaded.score_text(texts)["log_probs"],
+                                model.score_text(texts)["log_probs"], atol=1e-6)
+        path = os.path.join(self.get_temp_dir(), "model.keras")
+        model.save(path)
+        with zipfile.ZipFile(path) as archive:
+            held = {name: archive.read(name).decode("utf-8", "replace").count("tok5x")
+                    for name in archive.namelist()}
+        self.assertEqual(sum(held.values()), 1, held)
+        self.assertEqual(held["assets/preprocessor/tokenizer/vocabulary.txt"], 1, held)
+        loaded = keras.saving.load_model(path)
+        self.assertEqual(loaded.preprocessor.vocabulary, vocabulary)
+        self.assertAllClose(loaded.score_text(texts)["log_probs"],
+                            model.score_text(texts)["log_probs"], atol=1e-6)
+        # In memory the config still holds the tokens (`from_config(get_config())`).
+        tokenizer = model.preprocessor.tokenizer
+        self.assertEqual(tokenizer.get_config()["vocabulary"], list(vocabulary.tokens))
+        self.assertEqual(type(tokenizer).from_config(tokenizer.get_config()).vocabulary,
+                         vocabulary)
 
     @unittest.skipUnless(importlib.util.find_spec("tensorboard"), "pip install "
                          "psmm_tf[tensorboard]: Keras' callback writes through it")

@@ -11,6 +11,7 @@ from psmm_tf.models.tokenizer import (
     WordTokenizer,
     require_tensorflow,
     tf,  # None on a host with JAX alone
+    vocabulary_in_assets,
 )
 from psmm_tf.models.tokenizer import text_tokens as graph_text_tokens  # TF's, for prompts
 
@@ -26,8 +27,8 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
     last, the targets all but the first. TensorFlow string ops: it maps over a `tf.data`
     dataset (`ds.map(preprocessor)`) and runs on every Keras backend. Inputs that are already
     ids (an int array, or a dict holding `token_ids`) pass through unchanged, so `fit` and
-    `predict` take ids or strings alike. The vocabulary is in its config and an asset of the
-    `.keras` file.
+    `predict` take ids or strings alike. The vocabulary is its tokenizer's (an asset of the
+    `.keras` file).
 
     Args:
         tokenizer: a `WordTokenizer`; or None with `vocabulary` given.
@@ -230,6 +231,10 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
                 chars[row, :len(read)] = word_characters(read, max_word_length)
             batch["token_chars"] = chars
         return batch
+
+    def save_to_preset(self, preset_dir):
+        with vocabulary_in_assets():  # the tokens in the asset, not in preprocessor.json
+            super().save_to_preset(preset_dir)
 
     def get_config(self):
         config = super().get_config()

@@ -17,6 +17,9 @@ set is computed from the running Python, so the graph matches the readers exactl
 Preprocessing in keras-hub is TensorFlow on every Keras backend; the model itself is not.
 """
 
+import contextlib
+import threading
+
 import keras
 import keras_hub
 from keras_hub.src.utils.tensor_utils import preprocessing_function
@@ -32,6 +35,8 @@ if tf is not None and not hasattr(tf, "constant"):  # a folder left by a partial
     tf = None
 
 VOCABULARY_ASSET = "vocabulary.txt"
+# Set while a preset is written (`vocabulary_in_assets`).
+_WRITING_PRESET = threading.local()
 
 # Whitespace of `str.split()` that `tf.strings.split` (ASCII isspace) does not split on.
 _EXTRA_WHITESPACE = [chr(c) for c in range(0x110000)
@@ -47,6 +52,28 @@ def require_tensorflow(what):
             "installed: pip install tensorflow. The models, layers, losses and JaxTrainStep "
             "work without it, on token ids; a model saved with its preprocessor (psmm-train's "
             "model.keras) needs it to load.")
+
+
+@contextlib.contextmanager
+def vocabulary_in_assets():
+    """Within it `WordTokenizer.get_config` leaves the tokens to the vocabulary asset: for the
+    `save_to_preset`s, whose JSON files would otherwise each repeat them."""
+    before = getattr(_WRITING_PRESET, "active", False)
+    _WRITING_PRESET.active = True
+    try:
+        yield
+    finally:
+        _WRITING_PRESET.active = before
+
+
+def _writing_a_file():
+    """Whether a config is being written beside the tokenizer's assets: a preset
+    (`vocabulary_in_assets`) or a `.keras` file (Keras' saver serialises the model inside its
+    object-sharing scope, and only its saver and loader open one)."""
+    from keras.src.backend.common import global_state
+
+    return (getattr(_WRITING_PRESET, "active", False) or
+            global_state.get_global_attribute("shared_objects/id_to_config_map") is not None)
 
 
 def text_tokens(texts, finish_last_line=True):
@@ -103,8 +130,8 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
     `<unk>`); `detokenize` joins words with spaces and turns `<eos>` into a line break, so
     `detokenize(tokenize(text))` is the text with its whitespace normalised. Both are
     TensorFlow string ops: they run eagerly, inside `tf.data` (`ds.map(tokenizer)`) and on
-    every Keras backend. The vocabulary is in its config (its tokens) and an asset of `.keras`
-    files and presets.
+    every Keras backend. The vocabulary is in its config (its tokens) in memory; a `.keras` file
+    or a preset holds it once, as the asset `vocabulary.txt`.
 
     `<eos>` is the start token (the first word of a text is predicted after it, as after the end
     of a previous line) and the end token (`generate` stops there by default).
@@ -256,11 +283,17 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
         if dir_path is not None and tf.io.gfile.exists(f"{dir_path}/{VOCABULARY_ASSET}"):
             self.set_vocabulary(Vocabulary.load(f"{dir_path}/{VOCABULARY_ASSET}"))
 
+    def save_to_preset(self, preset_dir):
+        with vocabulary_in_assets():
+            super().save_to_preset(preset_dir)
+
     def get_config(self):
         config = super().get_config()
         # The tokens themselves, so `from_config(get_config())` keeps the vocabulary (as
-        # `keras.layers.StringLookup` does); `.keras` files and presets also save it as an asset.
-        tokens = None if self.vocabulary is None else list(self.vocabulary.tokens)
+        # `keras.layers.StringLookup` does); a `.keras` file or a preset holds them once, as
+        # the asset (`save_assets`; `load_assets` sets them), as keras-hub's tokenizers do.
+        tokens = None if self.vocabulary is None or _writing_a_file() else list(
+            self.vocabulary.tokens)
         config.update({"vocabulary": tokens,
                        "sequence_length": self.sequence_length,
                        "finish_last_line": self.finish_last_line})
