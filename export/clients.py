@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -245,7 +246,11 @@ def _within_deadline(call, seconds, endpoint):
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
-    thread.join(seconds)
+    # Short joins: a Ctrl-C the kernel hands to the waiting thread reaches this (main) thread's
+    # handler at its next wake-up, not only at the deadline.
+    deadline = time.monotonic() + seconds
+    while thread.is_alive() and time.monotonic() < deadline:
+        thread.join(min(0.25, max(deadline - time.monotonic(), 0.0)))
     if thread.is_alive():
         raise ServingError(f"No complete answer from {endpoint} within the timeout of "
                            f"{seconds:g} s (--timeout).")
