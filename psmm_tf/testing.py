@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -281,9 +282,21 @@ def run_script(script, args, env=None, timeout=240):
 
 
 def start_script(script, args, env=None, **kwargs):
-    """Starts `python <script> <args>` in the background; returns the Popen."""
-    return subprocess.Popen([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
-                            env=child_env(env), **kwargs)
+    """Starts `python <script> <args>` in the background; returns the Popen.
+
+    The child takes Ctrl-C (SIGINT) as a program started from a terminal does, even where this
+    process ignores it (tests run as a background job): an ignored signal stays ignored across
+    exec, a handled one starts at its default, which Python turns into KeyboardInterrupt.
+    """
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
+                                env=child_env(env), **kwargs)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_in_fresh_process(code, timeout=300, env=None):
