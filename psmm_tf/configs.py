@@ -94,7 +94,7 @@ def declare_hyperparameters(kind, hyperparameters):
         ValueError: a name is a `ModelConfig` field, repeated, or another kind's setting of
             another type; or a default is not accepted.
     """
-    fields = {field.name for field in dataclasses.fields(ModelConfig)}
+    fields = _MODEL_FIELDS | {"hyperparameters"}
     names = [getattr(h, "name", None) for h in hyperparameters]
     for hyperparameter in hyperparameters:
         if not isinstance(hyperparameter, Hyperparameter):
