@@ -12,7 +12,9 @@ run where only TensorFlow and absl are installed (none of psmm_tf's model code i
 a serving client would.
 """
 
-# The carried state of the stream signatures, inputs and outputs under the same names.
-STATE_NAMES = ("lstm_state", "memory_hidden", "memory_ids", "memory_mask", "last_id")
+# The carried state of the stream signatures, inputs and outputs under the same names
+# (`vocabulary_fingerprint`: the export's, `psmm_tf.export.fingerprint`, in every row).
+STATE_NAMES = ("lstm_state", "memory_hidden", "memory_ids", "memory_mask", "last_id",
+               "vocabulary_fingerprint")
 # The neural cache's carried state, added to STATE_NAMES by exports with a cache.
 CACHE_STATE_NAMES = ("cache_hidden", "cache_ids", "cache_mask")

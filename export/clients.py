@@ -35,8 +35,9 @@ class ExportLoadError(RuntimeError):
 INPUT_DTYPES = {
     "texts": tf.string, "token_ids": tf.int32, "lengths": tf.int32, "lstm_state": tf.float32,
     "memory_hidden": tf.float32, "memory_ids": tf.int32, "memory_mask": tf.bool,
-    "last_id": tf.int32, "k": tf.int32, "stream_ids": tf.int32, "cache_hidden": tf.float32,
-    "cache_ids": tf.int32, "cache_mask": tf.bool,
+    "last_id": tf.int32, "vocabulary_fingerprint": tf.int32, "k": tf.int32,
+    "stream_ids": tf.int32, "cache_hidden": tf.float32, "cache_ids": tf.int32,
+    "cache_mask": tf.bool,
 }
 
 

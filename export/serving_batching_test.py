@@ -149,8 +149,10 @@ class BatchingFilesTest(tf.test.TestCase):
         doc = open(os.path.join(REPO_ROOT, "docs", "serving.md"), encoding="utf-8").read()
         self.assertIn(state_size.state_size_table(), doc)
         medium = state_size.streaming_state_bytes(configs.get_preset("medium").model)
-        # By hand: 2 layers x (h, c) x 650 floats + 99 x 650 floats + 99 ids + 99 bools + 1 id.
-        self.assertEqual(medium["total"], 4 * 2 * 2 * 650 + 4 * 99 * 650 + 4 * 99 + 99 + 4)
+        # By hand: 2 layers x (h, c) x 650 floats + 99 x 650 floats + 99 ids + 99 bools + 1 id
+        # + 1 vocabulary fingerprint.
+        self.assertEqual(medium["total"],
+                         4 * 2 * 2 * 650 + 4 * 99 * 650 + 4 * 99 + 99 + 4 + 4)
         self.assertRegex(doc, re.escape("--batching_parameters_file="))
 
 

@@ -21,7 +21,9 @@ are the tokens to score; the model reads `[last_id, token_ids[:-1]]`.
   `lstm_state` float32 `(B, num_layers, 2, H)` (`h`, `c` of each layer), `memory_hidden`
   float32 `(B, M, H)`, `memory_ids` int32 `(B, M)`, `memory_mask` bool `(B, M)` (the last
   `M = window_size - 1` hidden states, their tokens, and which exist), `last_id` int32 `(B,)`
-  (the last token read; `<eos>` at the start).
+  (the last token read; `<eos>` at the start), `vocabulary_fingerprint` int32 `(B,)` (the
+  export's `psmm_tf.export.fingerprint` in every row: a state of an export of another
+  vocabulary is refused, its ids would name other words).
 - `initial_state`: `stream_ids` int32 `(B,)`, one entry per stream to start (any values: only
   their number counts) -> the state of `B` fresh texts, row `i` for entry `i`.
 - `predict_next`: `texts` string `(B,)` (contexts; the last line unfinished, "" allowed) and
@@ -58,6 +60,7 @@ import tensorflow as tf
 from psmm_tf.data import Vocabulary
 from psmm_tf.evaluation.neural_cache import CacheSettings, NeuralCache
 from psmm_tf.export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
+from psmm_tf.export.fingerprint import vocabulary_fingerprint
 from psmm_tf.export.next_word import next_word, top_words
 from psmm_tf.layers import CharacterEmbedding
 from psmm_tf.models.tokenizer import spell_tokens
@@ -66,7 +69,7 @@ from psmm_tf.models.tokenizer import spell_tokens
 # can exhaust the server's memory (docs/hostile_inputs.md, row 85).
 DEFAULT_MAX_TOKENS = 20_000
 _FLOAT_STATES = ("lstm_state", "memory_hidden", "cache_hidden")
-_STATE_DTYPES = (tf.float32, tf.float32, tf.int32, tf.bool, tf.int32)
+_STATE_DTYPES = (tf.float32, tf.float32, tf.int32, tf.bool, tf.int32, tf.int32)
 _TEXTS = {"texts": tf.TensorSpec(None, tf.string)}
 _IDS = {"token_ids": tf.TensorSpec(None, tf.int32), "lengths": tf.TensorSpec(None, tf.int32)}
 _STATE = {name: tf.TensorSpec(None, dtype) for name, dtype in zip(STATE_NAMES, _STATE_DTYPES,
@@ -79,7 +82,8 @@ INPUT_RANKS = {
     "lengths": (1, "[batch_size]"), "lstm_state": (4, "[batch_size, num_layers, 2, hidden_dim]"),
     "memory_hidden": (3, "[batch_size, memory_size, hidden_dim]"),
     "memory_ids": (2, "[batch_size, memory_size]"), "memory_mask": (2, "[batch_size, memory_size]"),
-    "last_id": (1, "[batch_size]"), "k": (1, "[batch_size]"), "stream_ids": (1, "[batch_size]"),
+    "last_id": (1, "[batch_size]"), "vocabulary_fingerprint": (1, "[batch_size]"),
+    "k": (1, "[batch_size]"), "stream_ids": (1, "[batch_size]"),
     "cache_hidden": (3, "[batch_size, cache_window, hidden_dim]"),
     "cache_ids": (2, "[batch_size, cache_window]"), "cache_mask": (2, "[batch_size, cache_window]"),
 }
@@ -142,6 +146,8 @@ class ServingModule(tf.Module):
 
     Attributes:
         cache: `psmm_tf.evaluation.CacheSettings` or None.
+        vocabulary_fingerprint: int, the vocabulary's `psmm_tf.export.fingerprint` (a constant
+            of the graph, in every row of the states it makes and takes).
         state_names: tuple of str, the state tensors of the stream signatures.
     """
 
@@ -172,6 +178,7 @@ class ServingModule(tf.Module):
         self.num_layers, self.hidden_dim = model.num_layers, model.hidden_dim
         self.window_size, self.memory_size = model.window_size, model.memory_size
         self.unk_id, self.eos_id = vocabulary.unk_id, vocabulary.eos_id
+        self.vocabulary_fingerprint = vocabulary_fingerprint(vocabulary.tokens)
         # The tables hold the vocabulary in the graph itself, not read from the asset file at
         # load: a vocab.txt swapped or edited in an export cannot change what is scored. The
         # asset stays as the export's readable copy (`assets/vocab.txt`).
@@ -275,6 +282,7 @@ class ServingModule(tf.Module):
                 "memory_ids": ([batch_size, size], f"[batch_size, memory_size={size}]"),
                 "memory_mask": ([batch_size, size], f"[batch_size, memory_size={size}]"),
                 "last_id": ([batch_size], "[batch_size]"),
+                "vocabulary_fingerprint": ([batch_size], "[batch_size]"),
             }
             if self.cache is not None:
                 expected.update(cache.state_shapes(batch_size, self.cache.window, hidden))
@@ -304,6 +312,10 @@ class ServingModule(tf.Module):
         for name in ("memory_ids", "last_id", "cache_ids"):
             if name in inputs:
                 checks.append(validation.ids_check(name, inputs[name], self.vocab_size))
+        if "vocabulary_fingerprint" in inputs:
+            checks.append(validation.fingerprint_check(
+                "vocabulary_fingerprint", inputs["vocabulary_fingerprint"],
+                self.vocabulary_fingerprint))
         if "k" in inputs:
             checks.append(validation.range_check("k", inputs["k"], 1, self.vocab_size))
         if "stream_ids" in inputs:
@@ -385,6 +397,7 @@ class ServingModule(tf.Module):
             "lstm_state": tf.cast(tf.stack([tf.stack(pair, axis=1) for pair in outputs["state"]],
                                            axis=1), state["lstm_state"].dtype),
             "last_id": tf.gather(token_ids, lengths - 1, batch_dims=1),
+            "vocabulary_fingerprint": state["vocabulary_fingerprint"],
         })
         # The model keeps the last M keys of the padded window; a padded row needs the last M
         # keys before its own end, or its next piece would lose real keys to padding slots.
@@ -403,6 +416,7 @@ class ServingModule(tf.Module):
             "memory_ids": tf.zeros([batch_size, self.memory_size], tf.int32),
             "memory_mask": tf.zeros([batch_size, self.memory_size], tf.bool),
             "last_id": tf.fill([batch_size], self.eos_id),
+            "vocabulary_fingerprint": tf.fill([batch_size], self.vocabulary_fingerprint),
         }
         if self.cache is not None:
             state.update(cache.zero_state(batch_size, self.cache.window, self.hidden_dim))

@@ -2,16 +2,16 @@
 
 The stream signatures (`score_text_stream`, `score_stream`) take and return the state of each
 row (`psmm_tf.export.STATE_NAMES`): `lstm_state` float32 `(num_layers, 2, H)`, `memory_hidden`
-float32 `(M, H)`, `memory_ids` int32 `(M,)`, `memory_mask` bool `(M,)` and `last_id` int32, with
-`M = window_size - 1`; an export with a neural cache adds `cache_hidden` float32 `(W, H)`,
-`cache_ids` int32 `(W,)` and `cache_mask` bool `(W,)`. docs/serving.md holds the table of
-`state_size_table()`.
+float32 `(M, H)`, `memory_ids` int32 `(M,)`, `memory_mask` bool `(M,)`, `last_id` int32 and
+`vocabulary_fingerprint` int32, with `M = window_size - 1`; an export with a neural cache adds
+`cache_hidden` float32 `(W, H)`, `cache_ids` int32 `(W,)` and `cache_mask` bool `(W,)`.
+docs/serving.md holds the table of `state_size_table()`.
 
 ```python
 from psmm_tf import configs
 from psmm_tf.export.state_size import streaming_state_bytes
 
-streaming_state_bytes(configs.get_preset("medium").model)["total"]  # 268,299
+streaming_state_bytes(configs.get_preset("medium").model)["total"]  # 268,303
 ```
 """
 
@@ -37,6 +37,7 @@ def streaming_state_bytes(model_config, cache_window=None):
         "memory_ids": _INT32 * memory,
         "memory_mask": _BOOL * memory,
         "last_id": _INT32,
+        "vocabulary_fingerprint": _INT32,
     }
     if cache_window is not None:
         sizes.update(cache_hidden=_FLOAT32 * cache_window * hidden,
@@ -50,15 +51,16 @@ def state_size_table(preset_names=PRESET_NAMES):
     from psmm_tf import configs
 
     lines = ["| preset | layers x H | window L | lstm_state | memory (L-1 states, ids, mask) "
-             "| last_id | bytes per stream |",
+             "| last_id, fingerprint | bytes per stream |",
              "|---|---|---|---|---|---|---|"]
     for name in preset_names:
         model = configs.get_preset(name).model
         sizes = streaming_state_bytes(model)
         memory = sizes["memory_hidden"] + sizes["memory_ids"] + sizes["memory_mask"]
+        ints = sizes["last_id"] + sizes["vocabulary_fingerprint"]
         lines.append(f"| {name} | {model.num_layers} x {model.hidden_dim} | "
                      f"{model.window_size} | {sizes['lstm_state']:,} | {memory:,} | "
-                     f"{sizes['last_id']} | {sizes['total']:,} ({_human(sizes['total'])}) |")
+                     f"{ints} | {sizes['total']:,} ({_human(sizes['total'])}) |")
     return "\n".join(lines)
 
 

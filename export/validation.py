@@ -127,3 +127,16 @@ def batch_check(name, values):
     return tf.debugging.Assert(
         tf.size(values) > 0,
         [f"`{name}` is an empty batch (shape [0]): nothing to score; send at least one text."])
+
+
+def fingerprint_check(name, fingerprints, expected):
+    """Assert that every row of `fingerprints` (int32 `(B,)`, shape checked before) is
+    `expected`, the export's vocabulary fingerprint; the message names the first other row."""
+    other = tf.not_equal(fingerprints, expected)
+    # -1 and 0 after the real values: the message's ops are safe on an empty batch.
+    row = tf.concat([tf.where(other)[:, 0], [-1]], axis=0)[0]
+    value = tf.concat([tf.boolean_mask(fingerprints, other), [0]], axis=0)[0]
+    message = tf.strings.format(
+        f"`{name}`: state row {{}} came from an export of another vocabulary (fingerprint {{}}; "
+        f"this export has {expected}): start again with initial_state", (row, value))
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(other)), [message])

@@ -54,6 +54,13 @@ BAD_STATES = (
     ("memory_id_range", "memory_ids", np.full([1, 7], 24, np.int32),
      r"`memory_ids` holds a token id outside"),
     ("last_id_range", "last_id", np.array([-2], np.int32), r"`last_id` holds a token id outside"),
+    ("fingerprint_rank", "vocabulary_fingerprint", np.zeros([1, 1], np.int32),
+     r"`vocabulary_fingerprint` must have rank 1"),
+    ("fingerprint_batch", "vocabulary_fingerprint", np.zeros([2], np.int32),
+     r"`vocabulary_fingerprint` must have shape \[batch_size\]"),
+    ("fingerprint_value", "vocabulary_fingerprint", np.array([7], np.int32),
+     r"`vocabulary_fingerprint`: state row 0 came from an export of another vocabulary "
+     r"\(fingerprint 7;"),
 )
 
 

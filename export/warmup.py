@@ -11,6 +11,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
+from psmm_tf.export.fingerprint import vocabulary_fingerprint
+
 WARMUP_FILE = "tf_serving_warmup_requests"
 
 
@@ -21,8 +23,11 @@ def sample_texts(tokens, batch_size, num_words, seed=0):
     return [" ".join(rng.choice(words, size=num_words)) for _ in range(batch_size)]
 
 
-def zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id, cache_window=None):
-    """The state inputs of the stream signatures for `batch_size` fresh texts (numpy).
+def zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id, fingerprint,
+               cache_window=None):
+    """The state inputs of the stream signatures for `batch_size` fresh texts (numpy), as
+    `initial_state` returns them; `fingerprint` is the vocabulary's
+    (`psmm_tf.export.fingerprint.vocabulary_fingerprint`).
 
     With `cache_window` (int `W`), also the neural cache's `cache_hidden` `(B, W, H)`,
     `cache_ids` `(B, W)` and `cache_mask` `(B, W)`.
@@ -33,6 +38,7 @@ def zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id, cache_wi
         "memory_ids": np.zeros([batch_size, memory_size], np.int32),
         "memory_mask": np.zeros([batch_size, memory_size], bool),
         "last_id": np.full([batch_size], eos_id, np.int32),
+        "vocabulary_fingerprint": np.full([batch_size], fingerprint, np.int32),
     }
     if cache_window is not None:
         state.update({
@@ -76,7 +82,7 @@ def warmup_inputs(tokens, num_layers, hidden_dim, memory_size, eos_id, cache_win
             0, len(tokens), size=(batch_size, num_words)).astype(np.int32)
         lengths = np.full([batch_size], num_words, np.int32)
         state = zero_state(batch_size, num_layers, hidden_dim, memory_size, eos_id,
-                           cache_window)
+                           vocabulary_fingerprint(tokens), cache_window)
         requests += [
             ("serving_default", {"texts": texts}),
             ("score", {"token_ids": ids, "lengths": lengths}),
