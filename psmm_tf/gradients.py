@@ -70,44 +70,27 @@ class WindowStepSettings:
         return clip_gradients(grads, self.clip_norm, self.clip_groups, loss_scale)
 
 
-def _indices_of(model, layer):
-    ids = {id(v) for v in layer.trainable_variables}
-    return tuple(i for i, v in enumerate(model.trainable_variables) if id(v) in ids)
-
-
-def pointer_variable_indices(model):
-    """Indices into `model.trainable_variables` of its pointer head's variables (or ())."""
-    pointer = getattr(model, "pointer", None)
-    return () if pointer is None else _indices_of(model, pointer)
-
-
-def char_cnn_variable_indices(model):
-    """Indices into `model.trainable_variables` of its character-CNN input embedding's
-    variables (`input_embedding="chars"`), or ()."""
-    embedding = getattr(getattr(model, "backbone", None), "embedding", None)
-    if not isinstance(embedding, CharacterEmbedding):
-        return ()
-    return _indices_of(model, embedding)
-
-
 def clip_groups(model, pointer_clip_norm=None, char_cnn_clip_norm=None):
-    """The groups of `model.trainable_variables` clipped by a norm of their own.
-
-    Args:
-        model: a `LanguageModel`.
-        pointer_clip_norm: optional float. Limit of the pointer head's own norm.
-        char_cnn_clip_norm: optional float. Limit of the character-CNN input embedding's own
-            norm.
+    """The groups of `model.trainable_variables` (a `LanguageModel`'s) clipped by a norm of
+    their own: the pointer head's at `pointer_clip_norm` and a character-CNN input embedding's
+    (`input_embedding="chars"`) at `char_cnn_clip_norm`, each when given.
 
     Returns:
         tuple of `(indices, limit)`, one per group the model has and a limit was given for
         (indices into `model.trainable_variables`, disjoint); the rest is clipped by the
         step's `clip_norm`.
     """
+    embedding = getattr(getattr(model, "backbone", None), "embedding", None)
+    if not isinstance(embedding, CharacterEmbedding):
+        embedding = None
     groups = []
-    for indices, limit in ((pointer_variable_indices(model), pointer_clip_norm),
-                           (char_cnn_variable_indices(model), char_cnn_clip_norm)):
-        if limit is not None and indices:
+    for layer, limit in ((getattr(model, "pointer", None), pointer_clip_norm),
+                         (embedding, char_cnn_clip_norm)):
+        if layer is None or limit is None:
+            continue
+        ids = {id(v) for v in layer.trainable_variables}
+        indices = tuple(i for i, v in enumerate(model.trainable_variables) if id(v) in ids)
+        if indices:
             groups.append((indices, limit))
     return tuple(groups)
 

@@ -413,30 +413,38 @@ def scores_after_keras_round_trip(model, text, directory, check="", backend=None
     process's).
 
     Args:
-        model: a language model of the package.
+        model: a language model of the package, or a dict {name: model} of several, all loaded
+            in the one fresh process (one interpreter start).
         text: int `(B, N + 1)`; scored as inputs `text[:, :-1]`, targets `text[:, 1:]`.
         directory: a temporary folder for the files.
-        check: optional Python statements run in the child after loading (`model` is bound).
+        check: optional Python statements run in the child after loading each model (`model`
+            and its `name` are bound).
 
     Returns:
-        The child's `score()` log-probabilities, `(B, N)`.
+        The child's `score()` log-probabilities, `(B, N)` (a dict of them for a dict).
     """
-    model_path = os.path.join(directory, "model.keras")
+    models = model if isinstance(model, dict) else {"model": model}
+    for name, each in models.items():
+        each.save(os.path.join(directory, f"{name}.keras"))
     text_path = os.path.join(directory, "text.npy")
-    out_path = os.path.join(directory, "scores.npy")
-    model.save(model_path)
+    out_path = os.path.join(directory, "scores.npz")
     np.save(text_path, text)
-    check = textwrap.indent(textwrap.dedent(check), " " * 12)
+    check = textwrap.indent(textwrap.dedent(check), " " * 16)
     run_in_fresh_process(f"""
+            import os
             import numpy as np, keras
             import psmm_tf  # registers the custom objects
-            model = keras.saving.load_model({model_path!r})
-{check}
             text = np.load({text_path!r})
-            scores = model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"]
-            np.save({out_path!r}, keras.ops.convert_to_numpy(scores))
+            scores = {{}}
+            for name in {list(models)!r}:
+                model = keras.saving.load_model(os.path.join({directory!r}, name + ".keras"))
+{check}
+                scores[name] = keras.ops.convert_to_numpy(
+                    model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
+            np.savez({out_path!r}, **scores)
     """, env={"KERAS_BACKEND": backend or keras.backend.backend()})
-    return np.load(out_path)
+    scores = dict(np.load(out_path))
+    return scores if isinstance(model, dict) else scores["model"]
 
 
 # Arguments of `language_model` that belong to the backbone; the rest go to the task.

@@ -182,10 +182,6 @@ def build_char_output_model(config, base_model):
                              seed=config.seed)
 
 
-def _perplexity(log_probs):
-    return float(np.exp(-np.mean(log_probs))) if len(log_probs) else math.nan
-
-
 def evaluate_char_output(model, data, length=100, max_tokens=None):
     """Per-token scores of a split under the word model, the character LSTM and their mixture.
 
@@ -244,18 +240,14 @@ def evaluate_char_output(model, data, length=100, max_tokens=None):
             out.append(np.asarray(values)[0, :t])
     word, char, mixed = (np.concatenate(v) for v in (word, char, mixed))
     outside = data.words[1:count] >= data.vocab_size
-    report = {"tokens": int(count - 1), "oov_tokens": int(outside.sum()),
-              "oov_rate": float(outside.mean())}
-    for name, where in (("all", np.ones_like(outside)), ("oov", outside),
-                        ("in_vocabulary", ~outside)):
-        values = {"word_perplexity": _perplexity(word[where]),
-                  "char_perplexity": _perplexity(char[where]),
-                  "open_perplexity": _perplexity(mixed[where])}
-        if name == "all":
-            report.update(values)
-        else:
-            report[name] = values
-    return report
+
+    def perplexities(where):
+        return {f"{name}_perplexity": float(np.exp(-np.mean(v[where]))) if v[where].size
+                else math.nan for name, v in (("word", word), ("char", char), ("open", mixed))}
+
+    return {"tokens": int(count - 1), "oov_tokens": int(outside.sum()),
+            "oov_rate": float(outside.mean()), **perplexities(slice(None)),
+            "oov": perplexities(outside), "in_vocabulary": perplexities(~outside)}
 
 
 def _check_keys(key_ids, data, key_positions, end):
@@ -477,10 +469,6 @@ class _CharOutputRun:
         # The epochs may grow on a resume: the schedule's counters come from the file.
         self.schedule.max_epochs = self.schedule.patience = self.config.epochs
         return history
-
-    @property
-    def should_stop(self):
-        return self.schedule.should_stop
 
     def train_epoch(self):
         """Trains one epoch; returns its `EpochMeter` (the mean loss per word)."""

@@ -187,15 +187,8 @@ class CharOutputRunTest(testing.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        from psmm_tf.configs import get_preset
-        from psmm_tf.training import train_lib
-
         cls.root = tempfile.mkdtemp()
-        config = get_preset("tiny").replace(
-            train={"max_epochs": 1, "steps_per_epoch": 30, "max_eval_tokens": 300},
-            data={"synthetic_train_tokens": 4000})
-        cls.base = f"{cls.root}/base"
-        train_lib.run(config, cls.base, verbose=0)
+        cls.base = str(testing.trained_tiny_run())  # the tests' shared tiny run, read only
 
     def _config(self, **fields):
         fields = {"units": 16, "epochs": 1, "steps_per_epoch": 40, "max_eval_tokens": 300,

@@ -1,20 +1,8 @@
 """What a checkpoint holds to resume a run exactly (reading any checkpoint back, the one loop
 that skips a damaged one, is `psmm_tf.checkpoints`: evaluation and export read them too).
 
-A run's workdir (the names are `psmm_tf.workdir`'s):
-    config.json         `ExperimentConfig.to_json()` of the run (vocab_size and seeds resolved)
-    vocab.txt           `Vocabulary.save`: one token per line, line number = id
-    vocab.sha256        sha256 of the vocabulary's tokens (`vocabulary_hash`), checked wherever
-                        a vocabulary is loaded with the run's model
-    .lock               the pid of the run in progress (`run_setup.workdir_lock`)
-    checkpoints/        `tf.train.Checkpoint` files managed by `tf.train.CheckpointManager`
-    model.keras         `model.save` of the best model so far by validation perplexity
-    history.json        one record per finished epoch (perplexities, learning rate, timing)
-    steps.jsonl         one JSON line per training step (epoch, step, loss, lr)
-    results.json        the best model's validation and test perplexity, at the end
-    initial_pointer.npz the pointer's weights before the first step (models with a sentinel)
-    tensorboard/        TensorBoard runs `train/` and `validation/`: the same tags (perplexity,
-                        loss, mean_gate) at the global step (`reporting.TENSORBOARD_TAGS`)
+The workdir's files are listed in `psmm_tf.workdir`; its `checkpoints/` holds
+`tf.train.Checkpoint` files managed by `tf.train.CheckpointManager`.
 
 A checkpoint holds, under these keys:
     model       the Keras model (weights; the key export code reads)
@@ -31,9 +19,6 @@ A checkpoint holds, under these keys:
 Under `model` are every weight and the state of every dropout / zoneout / sampling
 `SeedGenerator` (`track_random_states` gives each layer with one a `tf.Module` holding its
 state), so a resumed run draws the masks an uninterrupted one draws.
-Checkpoints written before that held copies under two more keys, `weights` and `rng`; they
-restore into this object graph unchanged (a restore matches the objects it has, and the extra
-keys point at the same saved values).
 `CheckpointManager.save` writes the files first and then updates the `checkpoint` index, so a
 kill mid-write leaves the previous checkpoint as the latest. A checkpoint damaged later (a
 truncated or corrupted file) is skipped by `restore_latest` for the one before it, saying so.
@@ -113,9 +98,7 @@ def track_random_states(model):
     object), so a resumed run would draw other dropout, zoneout or sampling masks than an
     uninterrupted one. Each layer with a `seed_generator` therefore gets a `tf.Module` attribute
     `rng_checkpoint` holding the generator's state variable, which TF's checkpoint tracks and
-    Keras' own tracking ignores (no variable is counted twice). The object path
-    (`.../rng_checkpoint/state`) is the one the layers used to create themselves, so older
-    checkpoints restore unchanged. Idempotent.
+    Keras' own tracking ignores (no variable is counted twice). Idempotent.
 
     Args:
         model: a Keras model (or layer).

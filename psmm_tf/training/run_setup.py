@@ -7,6 +7,7 @@ blocks the corrected command. `workdir_lock` keeps a second run out of a workdir
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from psmm_tf import workdir as run_files
+from psmm_tf.checkpoints import checkpoint_paths
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import corpus_setup
 from psmm_tf.data.pipeline import steps_per_epoch
@@ -102,8 +104,6 @@ def prepare_workdir(config, workdir, strategy, restart=False):
         init_model = load_init_model(config.train.init_from)
         # The model a run started from, by content: init_from's model.keras changes whenever
         # its run trains on. A resume from a checkpoint keeps the hash it started from.
-        from psmm_tf.checkpoints import checkpoint_paths
-
         sha256 = init_model_sha256(config.train.init_from)
         if (stored is not None and stored.train.init_from_sha256 is not None
                 and checkpoint_paths(workdir / run_files.CHECKPOINT_DIR)):
@@ -153,8 +153,6 @@ def prepare_workdir(config, workdir, strategy, restart=False):
 
 def _check_resumable(workdir, restart):
     """Refuses a workdir whose trained run cannot be resumed (its checkpoints are gone)."""
-    from psmm_tf.checkpoints import checkpoint_paths
-
     checkpoints = workdir / run_files.CHECKPOINT_DIR
     wrong = run_files.misplaced_entries(workdir)
     if wrong:
@@ -239,11 +237,8 @@ def finished_history(workdir, epochs_done, checkpoint, first_epoch=0, remedy=_RE
 
 
 def write_run_files(config, corpus, workdir, strategy):
-    """Writes the run's `config.json`, and `vocab.txt` and `vocab.sha256` when missing.
-
-    Called once the run is validated and its checkpoint (if any) restored: a run that fails at
-    start leaves no config that would refuse the corrected command. Only the chief writes.
-    """
+    """Writes the run's `config.json`, and `vocab.txt` and `vocab.sha256` when missing (the
+    chief only), once the run is validated and restored: see the module's docstring."""
     if not distribution.is_chief(strategy):
         return
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -400,8 +395,6 @@ def _init_model_file(path):
 
 def init_model_sha256(path):
     """sha256 (hex) of the .keras file `train.init_from` = `path` names."""
-    import hashlib
-
     digest = hashlib.sha256()
     with open(_init_model_file(path), "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

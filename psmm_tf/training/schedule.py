@@ -100,13 +100,3 @@ class PlateauSchedule(tf.Module):
         self.epochs_done.assign_add(1)
         return EpochDecision(improved=improved, decayed=decayed, stop=self.should_stop,
                              learning_rate=float(self.learning_rate.numpy()))
-
-    def state_dict(self):
-        """The state as plain Python numbers (for logs and `history.json`)."""
-        return {
-            "learning_rate": float(self.learning_rate.numpy()),
-            "best_perplexity": float(self.best_perplexity.numpy()),
-            "previous_perplexity": float(self.previous_perplexity.numpy()),
-            "bad_epochs": int(self.bad_epochs.numpy()),
-            "epochs_done": int(self.epochs_done.numpy()),
-        }

@@ -7,26 +7,16 @@ gradient one device with B rows would. The gradients are clipped by `clip_gradie
 pointer's own variables apart when `pointer_clip_norm` is set, a character-CNN input embedding's
 when `char_cnn_clip_norm` is) and applied once: with a plain Keras SGD on one device as
 `psmm_tf.training.sgd_update` does it (the clip scale folded into the update, 16-bit gradients
-read as they are), else by the optimizer. Why this
-objective and these clips: docs/design_notes.md, "Objective: sum over a window's targets".
+read as they are), else by the optimizer. Why this objective and these clips:
+docs/design_notes.md, "Objective: sum over a window's targets".
 """
 
 import keras
 import tensorflow as tf
 
 from psmm_tf import native as native_kernels
-from psmm_tf.gradients import (
-    WindowStepSettings,
-    clip_gradients,
-    clip_scales,
-    pointer_variable_indices,
-)
-from psmm_tf.losses import per_target_losses
+from psmm_tf.gradients import WindowStepSettings, clip_scales
 from psmm_tf.training import distribution, sgd_update
-
-METRIC_KEYS = ("loss", "nll", "pointer_loss", "gate", "weight")
-__all__ = ["METRIC_KEYS", "TrainStep", "clip_gradients", "loss_scale", "per_target_losses",
-           "pointer_variable_indices"]
 
 
 def loss_scale(optimizer):
@@ -161,20 +151,18 @@ class TrainStep(WindowStepSettings):
 
     def _gradients(self, local, state, memory, normalizer, pointer_share=None):
         with native_kernels.enabled(self.native, jit_compile=self.jit_compile):
-            return self._traced_gradients(local, state, memory, normalizer, pointer_share)
-
-    def _traced_gradients(self, local, state, memory, normalizer, pointer_share=None):
-        with tf.GradientTape() as tape:
-            outputs = self.model(local["token_ids"], **self.call_arguments(local, state, memory))
-            sums = self.window_sums(outputs, local, pointer_share)
-            # Times the dynamic loss scale under mixed_float16 (LossScaleOptimizer), else as is.
-            loss = self.optimizer.scale_loss(sums["loss"] / normalizer)
-        grads = tape.gradient(loss, self.model.trainable_variables)
-        if self._fused_update():
-            # 16-bit gradients as computed, the embedding's rows as looked up (sgd_update).
-            grads = [sgd_update.unwidened(sgd_update.deduplicated(g)) for g in grads]
-        else:
-            # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and
-            # scaling.
-            grads = [tf.convert_to_tensor(g) for g in grads]
-        return grads, sums, *self.carried(outputs)
+            with tf.GradientTape() as tape:
+                outputs = self.model(local["token_ids"],
+                                     **self.call_arguments(local, state, memory))
+                sums = self.window_sums(outputs, local, pointer_share)
+                # Times the dynamic loss scale under mixed_float16 (LossScaleOptimizer).
+                loss = self.optimizer.scale_loss(sums["loss"] / normalizer)
+            grads = tape.gradient(loss, self.model.trainable_variables)
+            if self._fused_update():
+                # 16-bit gradients as computed, the embedding's rows as looked up (sgd_update).
+                grads = [sgd_update.unwidened(sgd_update.deduplicated(g)) for g in grads]
+            else:
+                # Dense gradients (the embedding's are IndexedSlices) for the all-reduce and
+                # scaling.
+                grads = [tf.convert_to_tensor(g) for g in grads]
+            return grads, sums, *self.carried(outputs)

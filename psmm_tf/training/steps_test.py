@@ -5,8 +5,9 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.configs import ModelConfig
+from psmm_tf.gradients import clip_gradients
 from psmm_tf.models import build_model
-from psmm_tf.training.steps import TrainStep, clip_gradients
+from psmm_tf.training.steps import TrainStep
 
 B, T, V = 3, 5, 17
 

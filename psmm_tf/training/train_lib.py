@@ -114,12 +114,8 @@ class _Run:
             raise
         return run
 
-    @property
-    def should_stop(self):
-        return self.schedule.should_stop
-
     def restore(self):
-        """Restores the latest checkpoint of the chief's directory, if any; returns its path."""
+        """Restores the latest checkpoint of the chief's directory, if any."""
         # Every object but the vocabulary's hash, which 0.1.0's checkpoints lack: it is
         # checked on its own.
         path = checkpointing.restore_latest(
@@ -137,7 +133,6 @@ class _Run:
                 self.model, self.workdir / run_files.INITIAL_POINTER_FILE)
         # A resumed run may have a new max_epochs; the schedule's counters come from the file.
         self.schedule.max_epochs = self.config.train.max_epochs
-        return path
 
     def num_steps(self):
         train = self.config.train
@@ -291,14 +286,12 @@ def run(config, workdir, strategy=None, verbose=1, finish=True, restart=False):
             checkpoints is refused (training again would replace its results).
 
     Returns:
-        dict: `best_valid_perplexity`, `test_perplexity` (when the corpus has a test split),
-        `epochs`, `global_step`, `train_seconds`, and for a sentinel pointer `pointer`, its
-        diagnostics on the validation split (`pointer_diagnostics.pointer_diagnostics`, of the
-        trained gate) and, with `TrainConfig.calibrate_gate`, `gate_calibration` (its fit on the
-        validation split, `gate_calibration.fit_gate_calibration`) and
-        `calibrated_valid_perplexity`; the test perplexity is then the calibrated model's, the
-        one model.keras holds. Also written to `workdir/results.json`. An empty dict on
-        non-chief workers.
+        dict, also written to `workdir/results.json` ({} on non-chief workers):
+        `best_valid_perplexity`, `test_perplexity` (with a test split), `epochs`, `global_step`,
+        `train_seconds`; for a sentinel pointer `pointer`, its diagnostics on the validation
+        split (of the trained gate), and with `TrainConfig.calibrate_gate` `gate_calibration`
+        (its fit there) and `calibrated_valid_perplexity` (the test perplexity is then the
+        calibrated model's, the one model.keras holds).
 
     Raises:
         NonFiniteLossError: the loss became NaN or infinite (the last checkpoint is kept).
@@ -326,8 +319,8 @@ def drive(start, workdir, chief=True, finish=True):
     """The engine of every run (`run`'s and `char_output_training.run`'s): holds the
     workdir's lock, starts the run (`start()`; a start that raises has written none of the
     run's files, and what it created is removed), trains epoch by epoch (`train_epoch`,
-    `end_epoch`) until `should_stop`, then returns `finish()`'s results ({} without `finish`).
-    `chief`: False on multi-worker workers that are not the chief (no lock, nothing removed).
+    `end_epoch`) until its `schedule.should_stop`, then returns `finish()`'s results ({}
+    without `finish`). `chief`: False on workers that are not the chief (no lock).
     """
     with run_setup.workdir_lock(workdir, enabled=chief):
         before = _entries(workdir) if chief else None
@@ -338,7 +331,7 @@ def drive(start, workdir, chief=True, finish=True):
                 _remove_new_entries(workdir, before)
             raise
         try:
-            while not state.should_stop:
+            while not state.schedule.should_stop:
                 state.end_epoch(state.train_epoch())
             return state.finish() if finish else {}
         finally:
@@ -351,14 +344,9 @@ def _entries(workdir):
 
 
 def _remove_new_entries(workdir, before):
-    """Removes what a start that failed before writing the run's files added to `workdir`.
-
-    The generated corpus (`synthetic_data/`), `steps.jsonl`, `tensorboard/` and the initial
-    pointer weights of a refused start would otherwise stay: a corrected command with other
-    synthetic settings would read the stale corpus. Only the entries a start creates
-    (`workdir.START_CREATES`) and that did not exist before are removed: whatever a user put
-    in the workdir meanwhile stays.
-    """
+    """Removes the entries a refused start created (`workdir.START_CREATES`, e.g. the
+    synthetic corpus a corrected command would otherwise read) that were not there `before`:
+    whatever a user put in the workdir stays."""
     for name in (_entries(workdir) - before) & run_files.START_CREATES:
         path = Path(workdir) / name
         if path.is_dir() and not path.is_symlink():
