@@ -19,8 +19,9 @@ r"""The Keras task's own paths against their references: long-text scoring and g
    the model and runs one warm-up `fit` call (compile); then the parent has the children take
    turns (TF, JAX, TF, JAX, ...), `--fit_rounds` rounds of one `fit` call of `--fit_steps`
    steps each, so load from elsewhere hits every backend alike. Reported are each child's
-   median steps/s and, per non-TensorFlow backend, the time ratio to TensorFlow: the median
-   (and range) over rounds of a round's time over the TensorFlow time of the same round.
+   median steps/s and, for each other child, the time ratio to the first TensorFlow child:
+   the median (and range) over rounds of a round's time over that child's time in the same
+   round, and the ratio of the two children's median times.
 
 Weights are random (the preset's initialisation): speed does not depend on them.
 
@@ -243,7 +244,8 @@ def _report_fit(labels, infos, times, steps):
         if reference is not None and label != reference:
             ratios = seconds / np.array(times[reference])
             line += (f"; time / {reference}: {np.median(ratios):.3f} (rounds "
-                     f"{ratios.min():.3f}-{ratios.max():.3f})")
+                     f"{ratios.min():.3f}-{ratios.max():.3f}; median / median "
+                     f"{np.median(seconds) / np.median(times[reference]):.3f})")
         print(line)
 
 
