@@ -13,14 +13,25 @@ r"""The Keras task's own paths against their references: long-text scoring and g
    and the ratio.
 3. `fit` with the default `compile()` (the backend's `jit_compile` default: off on
    TensorFlow, `jax.jit` on JAX) on random ids, the preset's batch size and `num_predicted`
-   targets per row: training steps per second after one warm-up call (compile). Run it once per
-   backend (`KERAS_BACKEND=jax python benchmarks/keras_task.py --parts=fit`) to compare them.
+   targets per row, on each backend of `--backends` side by side: a process has one Keras
+   backend, so each backend (and each `--tf_native` mode of TensorFlow's native CPU kernels)
+   trains in a child process of its own, started with `KERAS_BACKEND` set. Each child builds
+   the model and runs one warm-up `fit` call (compile); then the parent has the children take
+   turns (TF, JAX, TF, JAX, ...), `--fit_rounds` rounds of one `fit` call of `--fit_steps`
+   steps each, so load from elsewhere hits every backend alike. Reported are each child's
+   median steps/s and, for each other child, the time ratio to the first TensorFlow child:
+   the median (and range) over rounds of a round's time over that child's time in the same
+   round, and the ratio of the two children's median times.
 
 Weights are random (the preset's initialisation): speed does not depend on them.
 
 Usage:
-  python benchmarks/keras_task.py --preset=small --words=20000 --rounds=3
-  KERAS_BACKEND=jax python benchmarks/keras_task.py --preset=small --parts=fit
+  python benchmarks/keras_task.py --preset=small --words=20000 --rounds=3 --parts=score,generate
+  python benchmarks/keras_task.py --preset=small --parts=fit --backends=tensorflow,jax \
+      --tf_native=auto,off --fit_rounds=7 --fit_steps=20
+
+Parts 1 and 2 run on the backend of the parent process (`KERAS_BACKEND`, TensorFlow by
+default).
 """
 
 import multiprocessing
@@ -44,7 +55,12 @@ flags.DEFINE_integer("batch_size", 4, "Prompts generated at once.")
 flags.DEFINE_integer("seed", 0, "Seed of the text and weights.")
 flags.DEFINE_list("parts", ["score", "generate", "fit"], "Which measurements to run: score, "
                   "generate, fit.")
-flags.DEFINE_integer("fit_steps", 20, "Timed training steps of the fit measurement.")
+flags.DEFINE_integer("fit_steps", 20, "Training steps of one timed fit call.")
+flags.DEFINE_integer("fit_rounds", 5, "Timed fit calls per child, the children taking turns.")
+flags.DEFINE_list("backends", ["tensorflow", "jax"], "Keras backends whose fit is measured, "
+                  "each in a child process; ratios are to the first TensorFlow child.")
+flags.DEFINE_list("tf_native", ["auto"], "psmm_tf.native modes of the TensorFlow children "
+                  "(one child per mode): auto, on, off.")
 
 
 def _build(preset, vocab_size, seed, folder):
@@ -133,23 +149,104 @@ def _hand_loop(model, prompt_ids, steps):
     return np.concatenate(generated, axis=1)
 
 
-def _fit_speed(model, preset, vocab_size, steps, rng):
-    """Training steps per second of `model.fit` (default compile) on random ids.
-
-    Returns:
-        `(steps_per_second, batch_size, num_predicted, jit_compile)`.
-    """
+def _fit_data(preset, vocab_size, steps, rng):
+    """Random ids `(x, y)` of `steps` batches of the preset's rows and `num_predicted` targets,
+    and the row count."""
     from psmm_tf import configs
 
     train = configs.get_preset(preset).train
     rows, length = train.batch_size, train.num_predicted
-    text = rng.integers(2, vocab_size, size=((steps + 2) * rows, length + 1)).astype("int32")
-    x, y = text[:, :-1], text[:, 1:]
+    text = rng.integers(2, vocab_size, size=(steps * rows, length + 1)).astype("int32")
+    return text[:, :-1], text[:, 1:], rows
+
+
+def _fit_child(backend, native_mode, preset, vocab_size, seed, steps, connection):
+    """Child process: builds the model on `backend`, compiles `fit` (one warm-up call), then
+    answers each "fit" from the parent with the seconds of one `fit` call of `steps` steps."""
+    import keras
+
+    from psmm_tf import native
+
+    if keras.backend.backend() != backend:
+        raise RuntimeError(f"child for {backend} runs on {keras.backend.backend()}")
+    if native_mode is not None:
+        native.configure(mode=native_mode)
+    folder = tempfile.mkdtemp(prefix="psmm-keras-task-fit-")
+    try:
+        model, _, _ = _build(preset, vocab_size, seed, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    rng = np.random.default_rng(seed)
+    x, y, rows = _fit_data(preset, vocab_size, steps, rng)
     model.compile()
     model.fit(x[:2 * rows], y[:2 * rows], batch_size=rows, verbose=0)  # compile
-    start = time.perf_counter()
-    model.fit(x[2 * rows:], y[2 * rows:], batch_size=rows, shuffle=False, verbose=0)
-    return steps / (time.perf_counter() - start), rows, length, model.jit_compile
+    kernels = None
+    if backend == "tensorflow":  # the path fit's (unjitted) step took
+        kernels = "native kernels" if native.check(native_mode, jit_compile=bool(
+            model.jit_compile)) is not None else "TensorFlow ops"
+    connection.send({"jit_compile": model.jit_compile, "kernels": kernels, "rows": rows,
+                     "targets": x.shape[1]})
+    while connection.recv() == "fit":
+        start = time.perf_counter()
+        model.fit(x, y, batch_size=rows, shuffle=False, verbose=0)
+        connection.send(time.perf_counter() - start)
+
+
+def _fit_side_by_side(backends, native_modes, preset, vocab_size, seed, steps, rounds):
+    """Part 3: `fit` on each backend in a child process of its own, the children taking turns.
+
+    Returns:
+        `(labels, infos, times)`: one label per child, its `_fit_child` info dict and its
+        list of `rounds` seconds per `fit` call of `steps` steps.
+    """
+    context = multiprocessing.get_context("spawn")
+    children = []
+    for backend in backends:
+        for mode in (native_modes if backend == "tensorflow" else [None]):
+            label = backend if mode is None else f"{backend} (native {mode})"
+            parent_end, child_end = context.Pipe()
+            previous = os.environ.get("KERAS_BACKEND")
+            os.environ["KERAS_BACKEND"] = backend  # read when the child imports keras
+            try:
+                process = context.Process(target=_fit_child, args=(
+                    backend, mode, preset, vocab_size, seed, steps, child_end))
+                process.start()
+            finally:
+                if previous is None:
+                    del os.environ["KERAS_BACKEND"]
+                else:
+                    os.environ["KERAS_BACKEND"] = previous
+            children.append((label, process, parent_end, parent_end.recv()))  # warmed up
+    times = {label: [] for label, *_ in children}
+    try:
+        for _ in range(rounds):
+            for label, _, connection, _ in children:
+                connection.send("fit")
+                times[label].append(connection.recv())
+    finally:
+        for _, process, connection, _ in children:
+            connection.send("stop")
+            process.join()
+    return ([label for label, *_ in children], {label: info for label, _, _, info in children},
+            times)
+
+
+def _report_fit(labels, infos, times, steps):
+    reference = next((label for label in labels if label.startswith("tensorflow")), None)
+    for label in labels:
+        info, seconds = infos[label], np.array(times[label])
+        rate = steps / np.median(seconds)
+        path = f", {info['kernels']}" if info["kernels"] else ""
+        line = (f"fit ({label}, jit_compile={info['jit_compile']}{path}): {rate:.2f} steps/s, "
+                f"median of {len(seconds)} calls of {steps} steps of {info['rows']} rows x "
+                f"{info['targets']} targets ({rate * info['rows'] * info['targets']:,.0f} "
+                "targets/s)")
+        if reference is not None and label != reference:
+            ratios = seconds / np.array(times[reference])
+            line += (f"; time / {reference}: {np.median(ratios):.3f} (rounds "
+                     f"{ratios.min():.3f}-{ratios.max():.3f}; median / median "
+                     f"{np.median(seconds) / np.median(times[reference]):.3f})")
+        print(line)
 
 
 def main(argv):
@@ -164,11 +261,9 @@ def main(argv):
               f"{model.window_size}), V = {FLAGS.vocab_size}, Keras {keras.__version__} "
               f"({keras.backend.backend()}), {os.cpu_count()} CPUs")
         if "fit" in FLAGS.parts:
-            rate, rows, length, jit = _fit_speed(model, FLAGS.preset, FLAGS.vocab_size,
-                                                 FLAGS.fit_steps, rng)
-            print(f"fit ({keras.backend.backend()}, jit_compile={jit}): {rate:.2f} steps/s "
-                  f"({FLAGS.fit_steps} steps of {rows} rows x {length} targets, "
-                  f"{rate * rows * length:,.0f} targets/s)")
+            _report_fit(*_fit_side_by_side(FLAGS.backends, FLAGS.tf_native, FLAGS.preset,
+                                           FLAGS.vocab_size, FLAGS.seed, FLAGS.fit_steps,
+                                           FLAGS.fit_rounds), FLAGS.fit_steps)
         if "score" in FLAGS.parts:
             _score_and_compare(model, vocab_file, words, folder, rng)
         if "generate" in FLAGS.parts:

@@ -53,7 +53,8 @@ def affine(inputs, kernel, bias=None):
     3-D inputs is a batched product, and the bias added to its output a broadcast pass of its
     own (docs/results.md, "The update in place, the bias in the product"). The bias is added as a
     tensor's `+` (TensorFlow's AddV2, not `BiasAdd`, whose bfloat16 gradient is summed in
-    bfloat16; see `Dense`). Other backends take `ops.matmul` as it is (XLA fuses the sum).
+    bfloat16; see `Dense`). Other backends take the product as it is (XLA fuses the sum); on
+    JAX with the kernel's gradient as `(dY^T X)^T` (`product_jax`).
 
     Args:
         inputs: float `(..., in)`.
@@ -76,6 +77,10 @@ def affine(inputs, kernel, bias=None):
         return tf.ensure_shape(outputs, inputs.shape[:-1] + flat.shape[-1:])
     if keras.backend.backend() == "tensorflow" and _transposed_form(kernel.dtype):
         outputs = _product_with_weight_gradient(inputs, kernel)
+    elif keras.backend.backend() == "jax":
+        from psmm_tf.layers.product_jax import product
+
+        outputs = product(inputs, ops.convert_to_tensor(kernel))
     else:
         outputs = ops.matmul(inputs, kernel)
     if bias is not None:

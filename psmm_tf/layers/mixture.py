@@ -143,7 +143,8 @@ def vocab_log_prob(vocab_logits, targets):
     The target's logit less the row's log-sum-exp; on TensorFlow with a backward pass of its
     own, `softmax - one_hot` from one softmax (`target_log_softmax_tf`: faster there than the
     fused sparse cross-entropy and than the automatic gradient; docs/design_notes.md, "Mixture
-    in log space").
+    in log space"), on JAX with `softmax - one_hot` as one elementwise pass
+    (`target_log_softmax_jax`: no scatter-add of the gather's gradient).
 
     Args:
         vocab_logits: float `(batch_size, T, V)`.
@@ -160,6 +161,10 @@ def vocab_log_prob(vocab_logits, targets):
     targets = checked_ids("targets", targets, ops.shape(vocab_logits)[-1])
     if on_tensorflow:
         from psmm_tf.layers.target_log_softmax_tf import target_log_softmax
+
+        return target_log_softmax(vocab_logits, targets)
+    if keras.backend.backend() == "jax":
+        from psmm_tf.layers.target_log_softmax_jax import target_log_softmax
 
         return target_log_softmax(vocab_logits, targets)
     target_logit = ops.take_along_axis(vocab_logits, targets[..., None], axis=-1)[..., 0]

@@ -35,6 +35,7 @@ from keras_hub.src.utils import preset_utils
 from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
+from psmm_tf.models.accuracy import SparseCategoricalAccuracy
 from psmm_tf.models.backbone import LSTMBackbone
 from psmm_tf.models.tokenizer import vocabulary_in_assets
 
@@ -168,7 +169,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                                        reduction="mean_with_sample_weight")
         if weighted_metrics == "auto":
             weighted_metrics = [keras_hub.metrics.Perplexity(from_logits=True),
-                                keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+                                SparseCategoricalAccuracy(name="accuracy")]
         _check_sampler(sampler)
         if keras.config.backend() == "tensorflow":
             kwargs.setdefault("jit_compile", False)

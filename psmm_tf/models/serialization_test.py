@@ -31,6 +31,7 @@ from psmm_tf.models import (
     PointerSoftmaxLM,
     WordTokenizer,
 )
+from psmm_tf.models.accuracy import SparseCategoricalAccuracy
 
 WORDS = ["<unk>", "<eos>", "the", "cat", "sat"]
 
@@ -54,6 +55,7 @@ INSTANCES = {
     "PointerSentinelLoss": lambda: PointerSentinelLoss(pointer_weight=0.5),
     "PointerSentinelMixture": lambda: PointerSentinelMixture(output_mode="probs"),
     "MixtureNLL": lambda: MixtureNLL(reduction="sum"),
+    "SparseCategoricalAccuracy": lambda: SparseCategoricalAccuracy(name="accuracy"),
     "LSTMBackbone": _backbone,
     "WordTokenizer": lambda: WordTokenizer(Vocabulary(WORDS), sequence_length=7),
     "LanguageModelPreprocessor": lambda: LanguageModelPreprocessor(Vocabulary(WORDS)),
