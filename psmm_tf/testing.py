@@ -337,7 +337,9 @@ def main_in_process(main, argv, env=None):
                 main(list(argv))
                 code = 0
             except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else 1
+                # sys.exit(None), as absl's app.run ends a main that returns, is success.
+                code = 0 if exit_.code is None else (
+                    exit_.code if isinstance(exit_.code, int) else 1)
                 if isinstance(exit_.code, str):
                     err.write(exit_.code + "\n")
     finally:

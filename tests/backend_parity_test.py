@@ -1,10 +1,11 @@
 """The TensorFlow-trained model on the JAX backend: same scores, same training step.
 
-Each check runs the JAX side in a fresh interpreter with KERAS_BACKEND=jax (a process has one
-Keras backend), reading what this TensorFlow process wrote.
+The JAX side runs in one fresh interpreter with KERAS_BACKEND=jax (a process has one Keras
+backend), reading what this TensorFlow process wrote: both checks share it, as one JAX start-up.
 """
 
 import os
+import textwrap
 
 import keras
 import numpy as np
@@ -19,26 +20,38 @@ JAX = {"KERAS_BACKEND": "jax"}
 
 class BackendParityTest(testing.TestCase):
 
-    def test_a_trained_run_scores_the_same_text_under_jax(self):
+    def test_jax_scores_a_trained_run_and_takes_the_training_step_as_tensorflow_does(self):
+        scoring, check_scores = self._a_trained_run_scores_the_same_text_under_jax()
+        stepping = self._jax_training_step_matches_the_tensorflow_step()
+        testing.run_in_fresh_process(
+            "import numpy as np, keras\nimport psmm_tf\n"
+            "assert keras.backend.backend() == 'jax'\n" + scoring + stepping, env=JAX)
+        check_scores()
+
+    def _a_trained_run_scores_the_same_text_under_jax(self):
+        """The JAX child's code that scores a text of the tests' tiny run, and the check of
+        its scores against this process's."""
         workdir = str(testing.trained_tiny_run())  # the tests' shared tiny run, read only
         text = "the cat sat on the mat\nthe cat and the dog\n"
         model = keras.saving.load_model(os.path.join(workdir, "model.keras"))
         expected = model.score_text([text])
         out = os.path.join(self.get_temp_dir(), "jax_scores.npz")
-        testing.run_in_fresh_process(f"""
-            import numpy as np, keras
-            import psmm_tf
-            assert keras.backend.backend() == "jax"
+        code = textwrap.dedent(f"""
             model = keras.saving.load_model({os.path.join(workdir, "model.keras")!r})
             result = model.score_text([{text!r}])
             np.savez({out!r}, log_probs=result["log_probs"], gate=result["gate"])
-        """, env=JAX)
-        jax_scores = np.load(out)
-        self.assertGreater(expected["num_tokens"][0], 10)
-        self.assertAllClose(jax_scores["log_probs"], expected["log_probs"], atol=1e-4)
-        self.assertAllClose(jax_scores["gate"], expected["gate"], atol=1e-4)
+        """)
 
-    def test_jax_training_step_matches_the_tensorflow_step(self):
+        def check_scores():
+            jax_scores = np.load(out)
+            self.assertGreater(expected["num_tokens"][0], 10)
+            self.assertAllClose(jax_scores["log_probs"], expected["log_probs"], atol=1e-4)
+            self.assertAllClose(jax_scores["gate"], expected["gate"], atol=1e-4)
+        return code, check_scores
+
+    def _jax_training_step_matches_the_tensorflow_step(self):
+        """The JAX child's code that takes the TensorFlow step's batch and asserts the same
+        loss, gradients and updated weights."""
         # No dropout or zoneout: the two backends draw different random masks from one seed.
         model_config = configs.ModelConfig(
             kind="psmm", vocab_size=19, embedding_dim=6, hidden_dim=8, num_layers=2,
@@ -71,9 +84,7 @@ class BackendParityTest(testing.TestCase):
                  # (The embedding's gradient is its rows, tf.IndexedSlices: made dense.)
                  **{f"grad_{i}": tf.convert_to_tensor(g).numpy() for i, g in enumerate(grads)},
                  **{f"after_{i}": v.numpy() for i, v in enumerate(model.trainable_variables)})
-        testing.run_in_fresh_process(f"""
-            import numpy as np, keras
-            import psmm_tf
+        return textwrap.dedent(f"""
             from psmm_tf.jax_train_step import JaxTrainStep
             model = keras.saving.load_model({directory + "/model.keras"!r})
             batch = dict(np.load({directory + "/batch.npz"!r}))
@@ -89,7 +100,7 @@ class BackendParityTest(testing.TestCase):
                 np.testing.assert_allclose(np.asarray(variable.value), expected[f"after_{{i}}"],
                                            atol=1e-4, err_msg=variable.path)
             print("matched", len(grads))
-        """, env=JAX)
+        """)
 
 
 if __name__ == "__main__":
