@@ -83,6 +83,24 @@ def reference_pointer_sentinel(hidden, memory, memory_mask, query_kernel, query_
     return attention, gate
 
 
+def reference_target_log_softmax(logits, targets, d_value):
+    """float64 `log softmax(z)[y]` and the gradient of `sum(d_value * it)` in `z`,
+    `d_value (one_hot(y) - softmax(z))`.
+
+    Args:
+        logits: `(..., V)`; targets: ints `(...)`; d_value: `(...)`.
+
+    Returns:
+        (value `(...)`, gradient `(..., V)`), float64.
+    """
+    z = np.asarray(logits, np.float64)
+    top = z.max(-1, keepdims=True)
+    log_sum = np.log(np.exp(z - top).sum(-1)) + top[..., 0]
+    value = np.take_along_axis(z, targets[..., None], -1)[..., 0] - log_sum
+    one_hot = np.eye(z.shape[-1])[targets]
+    return value, d_value[..., None] * (one_hot - np.exp(z - log_sum[..., None]))
+
+
 def reference_mixture_distribution(vocab_logits, attention, gate, key_ids):
     """`g p_vocab + sum_i a_i [x_i = w]` for every word (eq. 3), as a dense float64 array."""
     logits = np.asarray(vocab_logits, np.float64)

@@ -8,19 +8,10 @@ import numpy as np
 jax = __import__("pytest").importorskip("jax")
 jnp = jax.numpy
 
+from psmm_tf import testing  # noqa: E402
 from psmm_tf.layers.target_log_softmax_jax import target_log_softmax  # noqa: E402
 
 V = 50
-
-
-def _reference(logits, targets, d_value):
-    """float64 log softmax(z)[y] and the gradient of sum(d_value * it)."""
-    z = np.asarray(logits, np.float64)
-    top = z.max(-1, keepdims=True)
-    log_sum = np.log(np.exp(z - top).sum(-1)) + top[..., 0]
-    value = np.take_along_axis(z, targets[..., None], -1)[..., 0] - log_sum
-    one_hot = np.eye(z.shape[-1])[targets]
-    return value, d_value[..., None] * (one_hot - np.exp(z - log_sum[..., None]))
 
 
 def _plain(logits, targets):
@@ -53,7 +44,8 @@ class TargetLogSoftmaxJaxTest(unittest.TestCase):
 
     def test_value_and_gradient_match_float64_numpy(self):
         value, grad = self._value_and_gradient(target_log_softmax)
-        expected_value, expected_grad = _reference(self.logits, self.targets, self.d_value)
+        expected_value, expected_grad = testing.reference_target_log_softmax(
+            self.logits, self.targets, self.d_value)
         np.testing.assert_allclose(value, expected_value, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(grad, expected_grad, atol=1e-6)
         self.assertEqual(grad.dtype, np.float32)
@@ -69,8 +61,8 @@ class TargetLogSoftmaxJaxTest(unittest.TestCase):
         grad = jax.grad(lambda z: jnp.sum(target_log_softmax(z, jnp.asarray(self.targets))
                                           .astype(jnp.float32)))(logits)
         self.assertEqual(grad.dtype, jnp.bfloat16)
-        _, expected = _reference(np.asarray(logits, np.float32), self.targets,
-                                 np.ones_like(self.d_value))
+        _, expected = testing.reference_target_log_softmax(
+            np.asarray(logits, np.float32), self.targets, np.ones_like(self.d_value))
         np.testing.assert_allclose(np.asarray(grad, np.float32), expected, atol=2e-2)
 
 

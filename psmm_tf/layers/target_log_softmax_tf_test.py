@@ -21,16 +21,6 @@ def _paths(test):
     return paths
 
 
-def _reference(logits, targets, d_value):
-    """float64 log softmax(z)[y] and the gradient of sum(d_value * it)."""
-    z = np.asarray(logits, np.float64)
-    top = z.max(-1, keepdims=True)
-    log_sum = np.log(np.exp(z - top).sum(-1)) + top[..., 0]
-    value = np.take_along_axis(z, targets[..., None], -1)[..., 0] - log_sum
-    one_hot = np.eye(z.shape[-1])[targets]
-    return value, d_value[..., None] * (one_hot - np.exp(z - log_sum[..., None]))
-
-
 def _value_and_gradient(logits, targets, d_value, fused):
     with tf.GradientTape() as tape:
         tape.watch(logits)
@@ -51,8 +41,8 @@ class TargetLogSoftmaxTest(testing.TestCase, parameterized.TestCase):
         logits = tf.cast(self.rng.normal(size=(2, 3, V)) * 4.0, dtype)
         targets = self.rng.integers(0, V, size=(2, 3)).astype("int32")
         d_value = self.rng.normal(size=(2, 3)).astype("float32")
-        expected_value, expected_gradient = _reference(tf.cast(logits, tf.float64), targets,
-                                                       d_value)
+        expected_value, expected_gradient = testing.reference_target_log_softmax(
+            tf.cast(logits, tf.float64), targets, d_value)
         for fused in _paths(self):
             with self.subTest(fused=fused):
                 value, gradient = _value_and_gradient(logits, targets, d_value, fused)
@@ -69,7 +59,8 @@ class TargetLogSoftmaxTest(testing.TestCase, parameterized.TestCase):
         logits[0, 1] = logits[0].max() - 100.0
         logits[1, 5] = logits[1].max() - 300.0
         d_value = np.ones(2, "float32")
-        expected_value, expected_gradient = _reference(logits, targets, d_value)
+        expected_value, expected_gradient = testing.reference_target_log_softmax(
+            logits, targets, d_value)
         for fused in _paths(self):
             with self.subTest(fused=fused):
                 value, gradient = _value_and_gradient(tf.constant(logits), targets, d_value,
