@@ -17,11 +17,13 @@ import tensorflow as tf
 from psmm_tf import configs
 from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests of its own
 from psmm_tf.evaluation import trained_run
-from psmm_tf.export import testing
+from psmm_tf.export import export_saved_model, testing
 from psmm_tf.testing import (
     REPO_ROOT,
     child_env,
     drop_file_permission_override,
+    file_size_limit,
+    main_in_process,
     run_script,
     snapshot,
     start_script,
@@ -443,35 +445,25 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
 
 
 class DiskFullTest(psmm_testing.TrainedRunTestCase):
-    """A full disk, made real with a file-size limit (RLIMIT_FSIZE: writes past it fail with
-    EFBIG, "File too large", as they fail with ENOSPC on a full disk)."""
-
-    def run_limited(self, script, args, limit_bytes):
-        import resource
-
-        def limit():
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of a kill
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
-
-        return subprocess.run([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
-                              env=child_env(), capture_output=True, text=True, timeout=240,
-                              preexec_fn=limit)
+    """A full disk, made real with a file-size limit (`file_size_limit`: writes past it fail
+    with EFBIG, "File too large", as they fail with ENOSPC on a full disk). The programs run in
+    this process (`main_in_process`), the limit set around each."""
 
     def test_export_and_train_name_the_file_and_leave_complete_files_unchanged(self):
         run = self.copy_run("disk_full_export")
         base = Path(self.get_temp_dir()) / "disk_full_base"
         before = snapshot(run)
-        done = self.run_limited("export/export_saved_model.py",
-                                # The checkpoint, the default before issue 50 (model.keras of
-                                # a finished run: reading it unpacks it to a temporary file,
-                                # which a limit this low refuses before the export is written).
-                                [f"--workdir={run}", f"--export_base={base}",
-                                 "--model_source=latest"], 200_000)
-        self.assertEqual(done.returncode, 1, done.stderr)
-        self.assertRegex(done.stderr, r"FATAL psmm-export: out of disk space \(.*saved_model.pb"
-                                      r".*File too large\). Files complete before it are "
-                                      r"unchanged")
-        self.assertNotIn("Traceback", done.stderr)
+        with file_size_limit(200_000):
+            # The checkpoint, the default before issue 50 (model.keras of a finished run:
+            # reading it unpacks it to a temporary file, which a limit this low refuses before
+            # the export is written).
+            code, stderr = main_in_process(export_saved_model.main, [
+                "psmm-export", f"--workdir={run}", f"--export_base={base}",
+                "--model_source=latest"])
+        self.assertEqual(code, 1, stderr)
+        self.assertRegex(stderr, r"FATAL psmm-export: out of disk space \(.*saved_model.pb"
+                                 r".*File too large\). Files complete before it are unchanged")
+        self.assertNotIn("Traceback", stderr)
         self.assertEqual(snapshot(run), before)
         self.assertEqual(list(base.iterdir()) if base.exists() else [], [])  # no partial version
         workdir = Path(self.get_temp_dir()) / "disk_full_train"
@@ -479,14 +471,15 @@ class DiskFullTest(psmm_testing.TrainedRunTestCase):
         args = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
                 "--steps_per_epoch=6", "--epochs=1", "--checkpoint_every_steps=3",
                 "--max_eval_tokens=300", "--verbose=0", f"--workdir={workdir}"]
-        done = self.run_limited("trainers/train.py", args, 150_000)  # the first checkpoint
-        self.assertEqual(done.returncode, 1, done.stderr)
-        self.assertRegex(done.stderr, r"FATAL psmm-train: out of disk space \(.*File too large"
-                                      r"\).*it resumes the run from its last checkpoint")
-        self.assertNotIn("Traceback", done.stderr)
+        with file_size_limit(150_000):  # the first checkpoint
+            code, stderr = train_in_process(args)
+        self.assertEqual(code, 1, stderr)
+        self.assertRegex(stderr, r"FATAL psmm-train: out of disk space \(.*File too large"
+                                 r"\).*it resumes the run from its last checkpoint")
+        self.assertNotIn("Traceback", stderr)
         self.assertFalse([p for p in workdir.rglob("*") if "tmp" in p.name], "temporary files")
-        done = run_script("trainers/train.py", args)  # space again: the same command finishes
-        self.assertEqual(done.returncode, 0, done.stderr)
+        code, stderr = train_in_process(args)  # space again: the same command finishes
+        self.assertEqual(code, 0, stderr)
         self.assertEqual(json.loads((workdir / "results.json").read_text())["global_step"], 6)
 
 
