@@ -112,14 +112,16 @@ class WorkdirLockTest(psmm_testing.TrainedRunTestCase):
                                         rf"busy is in use by another run \(pid {os.getpid()}, "
                                         rf"lock file .*busy/\.lock\)"):
                 train_lib.run(tiny_config(), workdir, verbose=0)
-            done = run_script("trainers/train.py", [
+            # psmm-train's main in this process (test_lock_of_a_killed_run_is_taken_over_saying_so
+            # sees a lock held by another process).
+            code, stderr = train_in_process([
                 f"--workdir={workdir}", "--preset=tiny", "--synthetic_train_tokens=4000",
                 "--steps_per_epoch=12", "--epochs=1", "--checkpoint_every_steps=5",
                 "--max_eval_tokens=300"])
-            self.assertNotEqual(done.returncode, 0)
-            self.assertRegex(done.stderr, rf"FATAL The workdir .*busy is in use by another run "
-                                          rf"\(pid {os.getpid()}")
-            self.assertNotIn("Traceback", done.stderr)
+            self.assertNotEqual(code, 0)
+            self.assertRegex(stderr, rf"FATAL The workdir .*busy is in use by another run "
+                                     rf"\(pid {os.getpid()}")
+            self.assertNotIn("Traceback", stderr)
             self.assertEqual(snapshot(workdir), before)
         self.assertFalse((workdir / ".lock").exists())
 
