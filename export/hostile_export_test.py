@@ -18,7 +18,7 @@ from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests 
 from psmm_tf import workdir as run_files
 from psmm_tf.export import score, testing
 from psmm_tf.export.clients import LocalClient
-from psmm_tf.testing import run_script, snapshot, truncate
+from psmm_tf.testing import mains_in_one_process, run_script, snapshot, truncate
 
 
 class ExportTest(psmm_testing.TrainedRunTestCase):
@@ -93,12 +93,13 @@ class ExportTest(psmm_testing.TrainedRunTestCase):
         def swapped(tokens):
             return tokens[:5] + [tokens[6], tokens[5]] + tokens[7:]
 
+        cases, runs = [], {}  # (vocabulary, source, run, message); the runs' files before
         for name, damage in (("swapped", swapped), ("shorter", lambda tokens: tokens[:40])):
             run = self.copy_run(f"{name}_vocabulary")
             tokens = damage((run / "vocab.txt").read_text().splitlines())
             (run / "vocab.txt").write_text("".join(t + "\n" for t in tokens))
             run_files.write_vocabulary_hash(run)
-            before = snapshot(run)
+            runs[run] = snapshot(run)
             base = Path(self.get_temp_dir()) / f"{name}_vocabulary_exports"
             for source, message in (("best", r"model.keras was trained with another "
                                               r"vocabulary \(its own, saved inside it"),
@@ -109,11 +110,17 @@ class ExportTest(psmm_testing.TrainedRunTestCase):
                         f"--workdir={run}", f"--model_source={source}", f"--export_base={base}"])
                     self.assertEqual(code, 1)
                     self.assertRegex(stderr, message)
-                    done = run_script("trainers/evaluate.py", [
-                        f"--workdir={run}", f"--model_source={source}", "--max_tokens=50"])
-                    self.assertEqual(done.returncode, 1, done.stderr[-2000:])
-                    self.assertRegex(done.stderr, message)
+                cases.append((name, source, run, message))
             self.assertFalse(base.exists())
+        # psmm-evaluate of the same four, in one child (one TensorFlow start).
+        results = mains_in_one_process("psmm_tf.trainers.evaluate", [
+            ["psmm-evaluate", f"--workdir={run}", f"--model_source={source}", "--max_tokens=50"]
+            for _, source, run, _ in cases])
+        for (name, source, _, message), (code, stderr) in zip(cases, results, strict=True):
+            with self.subTest(vocabulary=name, source=source, program="psmm-evaluate"):
+                self.assertEqual(code, 1, stderr[-2000:])
+                self.assertRegex(stderr, message)
+        for run, before in runs.items():
             self.assertEqual(snapshot(run), before)
 
     def test_export_of_an_empty_workdir_names_the_missing_file(self):

@@ -5,6 +5,7 @@ equations (Merity et al. 2016, eq. 1-9) rather than from the layer's vectorised 
 test comparing the two can fail.
 """
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -525,6 +526,23 @@ def truncate(path, size=100):
     """Cuts file `path` to its first `size` bytes (a damaged file)."""
     path = Path(path)
     path.write_bytes(path.read_bytes()[:size])
+
+
+@contextlib.contextmanager
+def file_size_limit(limit_bytes):
+    """A full disk in this process until the block ends: writes past `limit_bytes` of a file
+    fail with EFBIG ("File too large"), as they fail with ENOSPC on a full disk (RLIMIT_FSIZE's
+    soft limit; SIGXFSZ ignored, so that the write fails instead of killing the process)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
 
 
 def drop_file_permission_override():

@@ -4,6 +4,8 @@ Through `train_lib.run` (train, checkpoint, resume, model.keras), psmm-train's
 --input_output_gate_on and psmm-evaluate (with the neural cache) on the gated run.
 """
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -18,7 +20,7 @@ from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import load_trained_run
 from psmm_tf.models import InputOutputGateLM, build_model
-from psmm_tf.testing import run_script, snapshot, trained_tiny_run
+from psmm_tf.testing import run_script, snapshot, train_in_process, trained_tiny_run
 from psmm_tf.training import reporting, train_lib
 from psmm_tf.training.gate_training import input_output_gate_config
 
@@ -109,12 +111,14 @@ class InputOutputGateRunTest(tf.test.TestCase):
 
     def test_psmm_train_flag(self):
         workdir = self.root / "gate_flag"
-        done = run_script("trainers/train.py", [
-            f"--input_output_gate_on={self.base}", f"--workdir={workdir}",
-            "--gate_embedding_dim=6", "--gate_dropout=0.3", "--steps_per_epoch=3",
-            "--max_eval_tokens=100", "--verbose=0"])
-        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
-        self.assertRegex(done.stdout, r"best valid perplexity [\d.]+, test perplexity [\d.]+")
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:  # psmm-train, in this process
+            code, stderr = train_in_process([
+                f"--input_output_gate_on={self.base}", f"--workdir={workdir}",
+                "--gate_embedding_dim=6", "--gate_dropout=0.3", "--steps_per_epoch=3",
+                "--max_eval_tokens=100", "--verbose=0"])
+        self.assertEqual(code, 0, stderr[-3000:])
+        self.assertRegex(stdout.getvalue(),
+                         r"best valid perplexity [\d.]+, test perplexity [\d.]+")
         stored = ExperimentConfig.from_json((workdir / "config.json").read_text())
         self.assertEqual((stored.model.gate_embedding_dim, stored.model.gate_dropout), (6, 0.3))
         self.assertEqual((stored.train.optimizer, stored.train.learning_rate), ("adam", 1e-3))

@@ -20,7 +20,7 @@ import tensorflow as tf
 from psmm_tf.testing import run_script, start_script
 from psmm_tf.training import reporting
 
-STEPS, CHECKPOINT_EVERY = 40, 5
+STEPS, CHECKPOINT_EVERY = 20, 5
 FLAGS = ["--preset=tiny", "--synthetic_train_tokens=8000", f"--steps_per_epoch={STEPS}",
          "--epochs=1", f"--checkpoint_every_steps={CHECKPOINT_EVERY}", "--max_eval_tokens=200",
          "--dropout=0", "--zoneout=0", "--verbose=0"]

@@ -3,6 +3,7 @@ flags, data folders and backends before writing anything. Each is refused with a
 naming it, and nothing a user has is touched (every pre-existing file byte-identical
 afterwards)."""
 
+import json
 from pathlib import Path
 
 import tensorflow as tf
@@ -67,19 +68,32 @@ class OtherBackendTest(psmm_testing.TrainedRunTestCase):
         workdir = self.copy_run("jax_backend")
         before = snapshot(workdir)
         root = Path(self.get_temp_dir())
-        programs = {
-            "psmm-train": ("trainers/train.py", ["--preset=tiny", "--dataset=synthetic",
-                                                 f"--workdir={root / 'jax_new_run'}"]),
-            "psmm-evaluate": ("trainers/evaluate.py", [f"--workdir={workdir}"]),
-            "psmm-export": ("export/export_saved_model.py",
-                            [f"--workdir={workdir}", f"--export_base={root / 'jax_export'}"]),
+        argvs = {
+            "psmm-train": ["--preset=tiny", "--dataset=synthetic",
+                           f"--workdir={root / 'jax_new_run'}"],
+            "psmm-evaluate": [f"--workdir={workdir}"],
+            "psmm-export": [f"--workdir={workdir}", f"--export_base={root / 'jax_export'}"],
         }
-        for program, (script, args) in programs.items():
+        # psmm-train's and psmm-export's mains in one JAX child (one interpreter start; their
+        # flags share no registry), psmm-evaluate's (whose flags share psmm-train's) in its own.
+        out = psmm_testing.run_in_fresh_process(f"""
+            import json
+            from psmm_tf.export.export_saved_model import main as export_main
+            from psmm_tf.testing import main_in_process
+            from psmm_tf.trainers.train import main as train_main
+            results = [main_in_process(train_main, ["psmm-train", *{argvs["psmm-train"]!r}]),
+                       main_in_process(export_main, ["psmm-export", *{argvs["psmm-export"]!r}])]
+            print("RESULTS " + json.dumps(results))
+            """, env={"KERAS_BACKEND": "jax"})
+        results = json.loads(out.split("RESULTS ", 1)[1])
+        done = run_script("trainers/evaluate.py", argvs["psmm-evaluate"],
+                          env={"KERAS_BACKEND": "jax"})
+        results.insert(1, (done.returncode, done.stderr))
+        for program, (code, stderr) in zip(argvs, results, strict=True):
             with self.subTest(program=program):
-                done = run_script(script, args, env={"KERAS_BACKEND": "jax"})
-                self.assertEqual(done.returncode, 1, done.stderr[-2000:])
-                self.assertIn(f"FATAL {program} runs on Keras' TensorFlow backend", done.stderr)
-                self.assertIn("the Keras backend is 'jax' (KERAS_BACKEND)", done.stderr)
+                self.assertEqual(code, 1, stderr[-2000:])
+                self.assertIn(f"FATAL {program} runs on Keras' TensorFlow backend", stderr)
+                self.assertIn("the Keras backend is 'jax' (KERAS_BACKEND)", stderr)
         self.assertEqual(snapshot(workdir), before)
         self.assertFalse((root / "jax_new_run").exists())
         self.assertFalse((root / "jax_export").exists())

@@ -17,11 +17,13 @@ import tensorflow as tf
 from psmm_tf import configs
 from psmm_tf import testing as psmm_testing  # its TrainedRunTestCase: no tests of its own
 from psmm_tf.evaluation import trained_run
-from psmm_tf.export import testing
+from psmm_tf.export import export_saved_model, testing
 from psmm_tf.testing import (
     REPO_ROOT,
     child_env,
     drop_file_permission_override,
+    file_size_limit,
+    main_in_process,
     run_script,
     snapshot,
     start_script,
@@ -110,14 +112,16 @@ class WorkdirLockTest(psmm_testing.TrainedRunTestCase):
                                         rf"busy is in use by another run \(pid {os.getpid()}, "
                                         rf"lock file .*busy/\.lock\)"):
                 train_lib.run(tiny_config(), workdir, verbose=0)
-            done = run_script("trainers/train.py", [
+            # psmm-train's main in this process (test_lock_of_a_killed_run_is_taken_over_saying_so
+            # sees a lock held by another process).
+            code, stderr = train_in_process([
                 f"--workdir={workdir}", "--preset=tiny", "--synthetic_train_tokens=4000",
                 "--steps_per_epoch=12", "--epochs=1", "--checkpoint_every_steps=5",
                 "--max_eval_tokens=300"])
-            self.assertNotEqual(done.returncode, 0)
-            self.assertRegex(done.stderr, rf"FATAL The workdir .*busy is in use by another run "
-                                          rf"\(pid {os.getpid()}")
-            self.assertNotIn("Traceback", done.stderr)
+            self.assertNotEqual(code, 0)
+            self.assertRegex(stderr, rf"FATAL The workdir .*busy is in use by another run "
+                                     rf"\(pid {os.getpid()}")
+            self.assertNotIn("Traceback", stderr)
             self.assertEqual(snapshot(workdir), before)
         self.assertFalse((workdir / ".lock").exists())
 
@@ -443,35 +447,25 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
 
 
 class DiskFullTest(psmm_testing.TrainedRunTestCase):
-    """A full disk, made real with a file-size limit (RLIMIT_FSIZE: writes past it fail with
-    EFBIG, "File too large", as they fail with ENOSPC on a full disk)."""
-
-    def run_limited(self, script, args, limit_bytes):
-        import resource
-
-        def limit():
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of a kill
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
-
-        return subprocess.run([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
-                              env=child_env(), capture_output=True, text=True, timeout=240,
-                              preexec_fn=limit)
+    """A full disk, made real with a file-size limit (`file_size_limit`: writes past it fail
+    with EFBIG, "File too large", as they fail with ENOSPC on a full disk). The programs run in
+    this process (`main_in_process`), the limit set around each."""
 
     def test_export_and_train_name_the_file_and_leave_complete_files_unchanged(self):
         run = self.copy_run("disk_full_export")
         base = Path(self.get_temp_dir()) / "disk_full_base"
         before = snapshot(run)
-        done = self.run_limited("export/export_saved_model.py",
-                                # The checkpoint, the default before issue 50 (model.keras of
-                                # a finished run: reading it unpacks it to a temporary file,
-                                # which a limit this low refuses before the export is written).
-                                [f"--workdir={run}", f"--export_base={base}",
-                                 "--model_source=latest"], 200_000)
-        self.assertEqual(done.returncode, 1, done.stderr)
-        self.assertRegex(done.stderr, r"FATAL psmm-export: out of disk space \(.*saved_model.pb"
-                                      r".*File too large\). Files complete before it are "
-                                      r"unchanged")
-        self.assertNotIn("Traceback", done.stderr)
+        with file_size_limit(200_000):
+            # The checkpoint, the default before issue 50 (model.keras of a finished run:
+            # reading it unpacks it to a temporary file, which a limit this low refuses before
+            # the export is written).
+            code, stderr = main_in_process(export_saved_model.main, [
+                "psmm-export", f"--workdir={run}", f"--export_base={base}",
+                "--model_source=latest"])
+        self.assertEqual(code, 1, stderr)
+        self.assertRegex(stderr, r"FATAL psmm-export: out of disk space \(.*saved_model.pb"
+                                 r".*File too large\). Files complete before it are unchanged")
+        self.assertNotIn("Traceback", stderr)
         self.assertEqual(snapshot(run), before)
         self.assertEqual(list(base.iterdir()) if base.exists() else [], [])  # no partial version
         workdir = Path(self.get_temp_dir()) / "disk_full_train"
@@ -479,14 +473,15 @@ class DiskFullTest(psmm_testing.TrainedRunTestCase):
         args = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
                 "--steps_per_epoch=6", "--epochs=1", "--checkpoint_every_steps=3",
                 "--max_eval_tokens=300", "--verbose=0", f"--workdir={workdir}"]
-        done = self.run_limited("trainers/train.py", args, 150_000)  # the first checkpoint
-        self.assertEqual(done.returncode, 1, done.stderr)
-        self.assertRegex(done.stderr, r"FATAL psmm-train: out of disk space \(.*File too large"
-                                      r"\).*it resumes the run from its last checkpoint")
-        self.assertNotIn("Traceback", done.stderr)
+        with file_size_limit(150_000):  # the first checkpoint
+            code, stderr = train_in_process(args)
+        self.assertEqual(code, 1, stderr)
+        self.assertRegex(stderr, r"FATAL psmm-train: out of disk space \(.*File too large"
+                                 r"\).*it resumes the run from its last checkpoint")
+        self.assertNotIn("Traceback", stderr)
         self.assertFalse([p for p in workdir.rglob("*") if "tmp" in p.name], "temporary files")
-        done = run_script("trainers/train.py", args)  # space again: the same command finishes
-        self.assertEqual(done.returncode, 0, done.stderr)
+        code, stderr = train_in_process(args)  # space again: the same command finishes
+        self.assertEqual(code, 0, stderr)
         self.assertEqual(json.loads((workdir / "results.json").read_text())["global_step"], 6)
 
 
@@ -557,10 +552,11 @@ class InterruptTest(tf.test.TestCase):
     def test_ctrl_c_is_one_line_and_exit_130_and_the_resume_warns_of_nothing(self):
         workdir = Path(self.get_temp_dir()) / "interrupted"
         shutil.rmtree(workdir, ignore_errors=True)
-        # 600 updates: seconds left after the first checkpoint (update 25) for the signal,
-        # however fast the CPU and however late this process polls (every 0.05 s).
+        # 200 updates: 175 left after the first checkpoint (update 25) for the signal, however
+        # fast the CPU and however late this process polls (every 0.05 s); the resume trains
+        # them all.
         args = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=50000",
-                "--steps_per_epoch=600", "--epochs=1", "--checkpoint_every_steps=25",
+                "--steps_per_epoch=200", "--epochs=1", "--checkpoint_every_steps=25",
                 "--max_eval_tokens=100", "--verbose=0", f"--workdir={workdir}"]
         child = start_script("trainers/train.py", args, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -584,7 +580,7 @@ class InterruptTest(tf.test.TestCase):
         self.assertFalse((workdir / ".lock").exists())
         done = run_script("trainers/train.py", args)  # resumes
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(json.loads((workdir / "results.json").read_text())["global_step"], 600)
+        self.assertEqual(json.loads((workdir / "results.json").read_text())["global_step"], 200)
         for warning in ("could not be found in the restored object", "Unresolved object",
                         "(root).vocabulary", "Traceback"):
             self.assertNotIn(warning, done.stderr)

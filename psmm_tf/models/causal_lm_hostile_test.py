@@ -92,18 +92,12 @@ class DiskFullTest(testing.TestCase):
         # unpacking of model.keras into the temporary folder; the error blamed the file.
         path = os.path.join(self.get_temp_dir(), "model.keras")
         _task().save(path)
-        printed = testing.run_in_fresh_process(f"""
-            import resource, signal
-            from psmm_tf.models import read_model_file
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of a kill
-            resource.setrlimit(resource.RLIMIT_FSIZE, (5000, 5000))
-            try:
-                read_model_file({path!r})
-            except OSError as err:
-                print(err.errno, err.filename, err.strerror)
-            """)
-        self.assertRegex(printed, r"^27 /\S+ out of disk space \(File too large\) unpacking "
-                                  rf"{path} to read it: free space in the temporary folder")
+        with testing.file_size_limit(5000), self.assertRaises(OSError) as raised:
+            read_model_file(path)
+        err = raised.exception
+        self.assertRegex(f"{err.errno} {err.filename} {err.strerror}",
+                         r"^27 /\S+ out of disk space \(File too large\) unpacking "
+                         rf"{path} to read it: free space in the temporary folder")
         self.assertIsInstance(read_model_file(path), PointerSentinelLM)  # the file is sound
 
 
