@@ -375,21 +375,25 @@ def train_in_process(args):
     return main_in_process(train.main, ["psmm-train", *args], env={"TF_CONFIG": ""})
 
 
-def mains_in_one_process(module, argvs, env=None, timeout=300):
+def mains_in_one_process(module, argvs, env=None, timeout=300, process_env=None):
     """`[(exit status, stderr)]` of `module.main(argv)` for each of `argvs`, all run one after
     the other (`main_in_process`) in one new interpreter: one TensorFlow start for all of them.
 
     For programs whose global absl flags cannot share a process with psmm-train's (the same
-    names, e.g. psmm-evaluate's --workdir); `env` is each call's, as in `main_in_process`.
+    names, e.g. psmm-evaluate's --workdir). `module` is one module's name for all of `argvs`
+    or a list of one per argv; `env` is each call's, as in `main_in_process`; `process_env` the
+    new interpreter's (e.g. KERAS_BACKEND, read when Keras is imported).
     """
+    modules = [module] * len(argvs) if isinstance(module, str) else list(module)
     code = f"""
+        import importlib
         import json
-        from {module} import main
         from psmm_tf.testing import main_in_process
-        results = [main_in_process(main, argv, {env!r}) for argv in {[list(a) for a in argvs]!r}]
+        results = [main_in_process(importlib.import_module(name).main, argv, {env!r})
+                   for name, argv in zip({modules!r}, {[list(a) for a in argvs]!r})]
         print("MAINS_IN_ONE_PROCESS " + json.dumps(results))
     """
-    out = run_in_fresh_process(code, timeout=timeout)
+    out = run_in_fresh_process(code, timeout=timeout, env=process_env)
     line = next(line for line in out.splitlines() if line.startswith("MAINS_IN_ONE_PROCESS "))
     return [tuple(result) for result in json.loads(line.split(" ", 1)[1])]
 

@@ -3,7 +3,6 @@ flags, data folders and backends before writing anything. Each is refused with a
 naming it, and nothing a user has is touched (every pre-existing file byte-identical
 afterwards)."""
 
-import json
 from pathlib import Path
 
 import tensorflow as tf
@@ -76,16 +75,10 @@ class OtherBackendTest(psmm_testing.TrainedRunTestCase):
         }
         # psmm-train's and psmm-export's mains in one JAX child (one interpreter start; their
         # flags share no registry), psmm-evaluate's (whose flags share psmm-train's) in its own.
-        out = psmm_testing.run_in_fresh_process(f"""
-            import json
-            from psmm_tf.export.export_saved_model import main as export_main
-            from psmm_tf.testing import main_in_process
-            from psmm_tf.trainers.train import main as train_main
-            results = [main_in_process(train_main, ["psmm-train", *{argvs["psmm-train"]!r}]),
-                       main_in_process(export_main, ["psmm-export", *{argvs["psmm-export"]!r}])]
-            print("RESULTS " + json.dumps(results))
-            """, env={"KERAS_BACKEND": "jax"})
-        results = json.loads(out.split("RESULTS ", 1)[1])
+        results = psmm_testing.mains_in_one_process(
+            ["psmm_tf.trainers.train", "psmm_tf.export.export_saved_model"],
+            [["psmm-train", *argvs["psmm-train"]], ["psmm-export", *argvs["psmm-export"]]],
+            process_env={"KERAS_BACKEND": "jax"})
         done = run_script("trainers/evaluate.py", argvs["psmm-evaluate"],
                           env={"KERAS_BACKEND": "jax"})
         results.insert(1, (done.returncode, done.stderr))
