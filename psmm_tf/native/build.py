@@ -3,7 +3,8 @@
 `load(cache_dir, compiler)` returns the loaded op library or raises `Unavailable` with a
 message naming what is missing (the compiler, TensorFlow's headers, a writable cache folder) or
 which file was refused. The library is built against the installed TensorFlow with `compiler`
-into `cache_dir`, under a file lock (two processes with an empty cache build once), under a
+(one compiler process per source, all at once, then the link) into `cache_dir`, under a file
+lock (two processes with an empty cache build once), under a
 name whose key covers the sources, this loader, TensorFlow's version, the CPU, the compiler's
 path and `--version` and the full command line; the first build is logged with its time, and
 after it the package's other builds in the folder are removed. A sidecar `.sha256` is written
@@ -37,10 +38,9 @@ EXPECTED_OPS = ("psmm_zoneout_cell", "psmm_zoneout_cell_grad", "psmm_zoneout_kee
                 "psmm_target_log_softmax_grad", "psmm_squared_norm",
                 "psmm_resource_scaled_subtract", "psmm_resource_scaled_subtract_rows")
 PREFIX = "psmm_tf_kernels-"
-# Seconds a build may take (about a minute and a half on an idle 2-core machine, several on a
-# loaded one).
+# Seconds a build may take, all of it (minutes on a loaded 2-core machine).
 BUILD_TIMEOUT_S = 900
-CXX_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w")
+CXX_FLAGS = ("-std=c++17", "-fPIC", "-O3", "-march=native", "-w")
 
 _log = logging.getLogger("psmm_tf")
 
@@ -95,10 +95,16 @@ def compiler_version(compiler):
     return (result.stdout or result.stderr).strip()[:2000]
 
 
-def compile_command(tf, compiler, output):
-    """The full command line that builds SOURCES into `output`."""
-    return [compiler, *CXX_FLAGS, *map(str, SOURCES), "-o", str(output),
-            *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+def build_commands(tf, compiler, output):
+    """The command lines that build SOURCES into the library `output` (a path): one object
+    file per source beside it (`compiles`, run at once), then `link`."""
+    output = pathlib.Path(output)
+    objects = [output.with_name(f"{source.stem}.o") for source in SOURCES]
+    compiles = [[compiler, *CXX_FLAGS, "-c", str(source), "-o", str(obj),
+                 *tf.sysconfig.get_compile_flags()] for source, obj in zip(SOURCES, objects)]
+    link = [compiler, "-shared", *map(str, objects), "-o", str(output),
+            *tf.sysconfig.get_link_flags()]
+    return compiles, link
 
 
 def cache_key(tf, compiler, version):
@@ -106,7 +112,7 @@ def cache_key(tf, compiler, version):
     its version, and the command line (with a fixed output name)."""
     parts = [path.read_text() for path in (*SOURCES, *HEADERS, pathlib.Path(__file__))]
     parts += [tf.__version__, _cpu_signature(), compiler, version,
-              " ".join(compile_command(tf, compiler, "OUT"))]
+              repr(build_commands(tf, compiler, "OUT"))]
     return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()
 
 
@@ -159,25 +165,35 @@ def _locked(cache):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _run_compiler(command, timeout):
-    """Runs `command` in its own process group: all of it is killed at `timeout` seconds.
-    Raises `Unavailable` on a timeout or a failure."""
+def _run_compilers(commands, timeout, started):
+    """Runs `commands` at once, each in its own process group, and waits for all of them:
+    every one still running is killed `timeout` seconds after the monotonic time `started`.
+    Raises `Unavailable` on a timeout or on the first failure (the others are killed)."""
+    processes = []
     try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, start_new_session=True)
-    except OSError as error:
-        raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} (compiler, "
-                          f"psmm-train's $CXX) cannot be run: {error}") from None
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise Unavailable(f"building the native kernels with {command[0]!r} took over "
-                          f"{timeout} s; stopped") from None
-    if process.returncode != 0:
-        raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} failed "
-                          f"(exit {process.returncode}):\n{stderr[-2000:]}")
+        for command in commands:
+            try:
+                processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE, text=True,
+                                                  start_new_session=True))
+            except OSError as error:
+                raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} (compiler, "
+                                  f"psmm-train's $CXX) cannot be run: {error}") from None
+        for command, process in zip(commands, processes):
+            try:
+                _, stderr = process.communicate(
+                    timeout=max(started + timeout - time.monotonic(), 0))
+            except subprocess.TimeoutExpired:
+                raise Unavailable(f"building the native kernels with {command[0]!r} took over "
+                                  f"{timeout} s; stopped") from None
+            if process.returncode != 0:
+                raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} failed "
+                                  f"(exit {process.returncode}):\n{stderr[-2000:]}")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
 
 
 def _build(tf, compiler, target, timeout):
@@ -191,7 +207,9 @@ def _build(tf, compiler, target, timeout):
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f"{PREFIX}tmp-") as scratch:
         output = pathlib.Path(scratch) / target.name
-        _run_compiler(compile_command(tf, compiler, output), timeout)
+        compiles, link = build_commands(tf, compiler, output)
+        _run_compilers(compiles, timeout, start)
+        _run_compilers([link], timeout, start)
         if not output.is_file() or output.stat().st_size == 0:
             raise Unavailable(f"the native kernels' C++ compiler {compiler!r} (compiler, "
                               f"psmm-train's $CXX) exited 0 but wrote no library")

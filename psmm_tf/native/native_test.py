@@ -1,9 +1,9 @@
 """The native kernels' switch and loader (issues 47 and 50): one switch ("auto", "on", "off"),
 a build two processes can start at once, a cache that never crashes a run.
 
-The loader's cases build with a fake compiler (a script that copies bytes to `-o`) and a
-stand-in for `tf.load_op_library`, in temporary cache folders: seconds, no C++. One case loads
-the real library, cut in its cache, in a fresh process (it needs g++).
+The loader's cases build with a fake compiler (a script that copies bytes to `-o` and logs its
+calls) and a stand-in for `tf.load_op_library`, in temporary cache folders: seconds, no C++.
+One case loads the real library, cut in its cache, in a fresh process (it needs g++).
 """
 
 import dataclasses
@@ -33,10 +33,12 @@ if args == ["--version"]:
     sys.exit(0)
 here = pathlib.Path(__file__).parent
 with open(here / "calls", "a") as calls:
-    calls.write("build\\n")
+    calls.write("build\\n" if "-shared" in args else "compile\\n")
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 out = pathlib.Path(args[args.index("-o") + 1])
 out.write_bytes(pathlib.Path(os.environ.get("FAKE_SOURCE", here / "library")).read_bytes())
+with open(here / "calls", "a") as calls:
+    calls.write("done\\n")
 """
 LIBRARY_BYTES = b"\x7fELF a stand-in library " * 64
 
@@ -137,6 +139,13 @@ class LoaderTest(unittest.TestCase):
             self.load()
         (second,) = self.cache.glob("psmm_tf_kernels-*.so")
         self.assertNotEqual(first, second)
+
+    def test_the_sources_compile_at_once_then_link(self):
+        with mock.patch.dict(os.environ, {"FAKE_SLEEP": "2"}):
+            self.load()
+        compiles = ["compile"] * len(build.SOURCES)
+        self.assertEqual(self.calls.read_text().split(),
+                         compiles + ["done"] * len(compiles) + ["build", "done"])
 
     def test_two_builders_with_an_empty_cache_build_once(self):
         errors = []

@@ -1,0 +1,78 @@
+r"""The native kernels' first-use build: one compiler process for all sources against one per
+source run at once (what `psmm_tf.native.build` does), side by side in one run.
+
+Each round builds the library both ways into fresh temporary folders, in turn (A B A B ...),
+with the same flags, and checks in a fresh process (an op registers once a process) that each
+library loads and holds every expected op. Prints
+the wall seconds of each way per round, their medians and the ratio one / per-source.
+
+Usage:
+  python benchmarks/native_build.py --rounds=3
+"""
+
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+from psmm_tf.native import build
+
+FLAGS = flags.FLAGS
+CHECK = """
+import sys
+import tensorflow as tf
+from psmm_tf.native import build
+library = tf.load_op_library(sys.argv[1])
+missing = [op for op in build.EXPECTED_OPS if not hasattr(library, op)]
+sys.exit(f"the library lacks {missing}" if missing else 0)
+"""
+flags.DEFINE_integer("rounds", 3, "Builds of each way.", lower_bound=1)
+flags.DEFINE_string("compiler", "g++", "The C++ compiler.")
+
+
+def one_process(tf, output):
+    """The whole build as one compiler command (its sources compiled one after another)."""
+    compiles, link = build.build_commands(tf, FLAGS.compiler, output)
+    sources = [command[command.index("-c") + 1] for command in compiles]
+    subprocess.run([FLAGS.compiler, *build.CXX_FLAGS, "-shared", *sources, "-o", str(output),
+                    *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()],
+                   check=True)
+
+
+def per_source(tf, output):
+    """The package's own build: the sources' compiles at once, then the link."""
+    compiles, link = build.build_commands(tf, FLAGS.compiler, output)
+    build._run_compilers(compiles, build.BUILD_TIMEOUT_S, time.monotonic())
+    build._run_compilers([link], build.BUILD_TIMEOUT_S, time.monotonic())
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    ways = {"one_process": one_process, "per_source": per_source}
+    seconds = {name: [] for name in ways}
+    for round_index in range(FLAGS.rounds):
+        for name, way in ways.items():
+            with tempfile.TemporaryDirectory() as folder:
+                output = pathlib.Path(folder) / "kernels.so"
+                start = time.monotonic()
+                way(tf, output)
+                seconds[name].append(time.monotonic() - start)
+                check = subprocess.run([sys.executable, "-c", CHECK, str(output)],
+                                       capture_output=True, text=True)
+                if check.returncode != 0:
+                    sys.exit(f"{name}: {check.stderr[-2000:]}")
+            print(f"round {round_index + 1} {name}: {seconds[name][-1]:.1f} s", flush=True)
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    for name, value in medians.items():
+        print(f"{name}: median {value:.1f} s over {FLAGS.rounds} round(s)")
+    print(f"one_process / per_source: {medians['one_process'] / medians['per_source']:.2f}")
+
+
+if __name__ == "__main__":
+    app.run(main)
