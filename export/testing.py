@@ -6,7 +6,6 @@ they answer `/v1/models/NAME:predict` (JSON, columnar `inputs`/`outputs`) and
 bounded number and size of requests.
 """
 
-import atexit
 import contextlib
 import functools
 import http.server
@@ -14,11 +13,9 @@ import io
 import json
 import os
 import pickle
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -149,17 +146,25 @@ def tiny_model(vocab_size=None, kind="psmm", seed=3, **model_fields):
 
 @functools.lru_cache(maxsize=None)
 def shared_export():
-    """One export of `tiny_model()` per test process: `(model, vocabulary_file, export_dir)`.
+    """One export of `tiny_model()` per test run (`psmm_tf.testing.made_once`):
+    `(model, vocabulary_file, export_dir)`, the model built again in each process (the same
+    seeded weights).
 
-    Tests must not change the model or the files; the folder is removed at exit.
+    Tests must not change the model or the files.
     """
+    from psmm_tf import testing
     from psmm_tf.export.export_saved_model import export
 
-    folder = tempfile.mkdtemp(prefix="psmm-export-test-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    vocabulary_file = write_vocabulary(os.path.join(folder, "vocab.txt"))
     model, _ = tiny_model()
-    return model, vocabulary_file, export(model, vocabulary_file, os.path.join(folder, "base"))
+
+    def make(folder):
+        folder.mkdir()
+        export_dir = export(model, write_vocabulary(str(folder / "vocab.txt")),
+                            str(folder / "base"))
+        (folder / "export_dir.txt").write_text(export_dir)
+
+    folder = testing.made_once("shared_export", make)
+    return model, str(folder / "vocab.txt"), (folder / "export_dir.txt").read_text()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -6,6 +6,7 @@ test comparing the two can fail.
 """
 
 import contextlib
+import fcntl
 import gzip
 import hashlib
 import json
@@ -29,6 +30,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 NATIVE_TEST_CACHE = Path(tempfile.gettempdir()) / (
     f"psmm_tf_test_kernels-{os.getuid()}-"
     f"{hashlib.sha256(str(REPO_ROOT).encode()).hexdigest()[:8]}")
+# A folder shared by every process of one test run (pytest-xdist's workers; conftest.py sets
+# it), where `made_once` keeps what one process makes for all; None: this process's own
+# temporary folder.
+SHARED_RUN_DIR = None
 
 
 def use_native_test_cache():
@@ -560,23 +565,40 @@ def drop_file_permission_override():
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def trained_tiny_run(kind="psmm"):
-    """The folder of a finished `tiny_config()` run of model `kind` ("psmm", "lstm",
-    "pointer_softmax"): 12 steps, checkpoints 5, 10, 12, the same synthetic corpus and
-    vocabulary for every kind. Trained once per process, on first use, in its temporary folder
-    (shared by every test file); read it, or copy it to change it."""
-    from psmm_tf.training import train_lib
-
-    name = "hostile_base_run" if kind == "psmm" else f"tiny_{kind}_run"
-    path = Path(tf.compat.v1.test.get_temp_dir()) / name
-    if not (path / "results.json").is_file():
-        shutil.rmtree(path, ignore_errors=True)
-        train_lib.run(tiny_config().replace(model={"kind": kind}), path, verbose=0)
+def made_once(name, make):
+    """The folder `name` under `SHARED_RUN_DIR` (else this process's temporary folder), made
+    by `make(path)` once for every process of the test run: the first to ask makes it under a
+    file lock while the others wait, then marks it complete; a folder a killed process left
+    incomplete is made again. Read what it holds, or copy it to change it."""
+    root = Path(SHARED_RUN_DIR or tf.compat.v1.test.get_temp_dir())
+    path, complete = root / name, root / f"{name}.complete"
+    with open(root / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not complete.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                make(path)
+                complete.touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     return path
 
 
+def trained_tiny_run(kind="psmm"):
+    """The folder of a finished `tiny_config()` run of model `kind` ("psmm", "lstm",
+    "pointer_softmax"): 12 steps, checkpoints 5, 10, 12, the same synthetic corpus and
+    vocabulary for every kind. Trained once per test run (`made_once`), on first use; read
+    it, or copy it to change it."""
+    from psmm_tf.training import train_lib
+
+    def train(path):
+        train_lib.run(tiny_config().replace(model={"kind": kind}), path, verbose=0)
+
+    return made_once("hostile_base_run" if kind == "psmm" else f"tiny_{kind}_run", train)
+
+
 class TrainedRunTestCase(tf.test.TestCase):
-    """One tiny synthetic run (`trained_tiny_run()`), trained once per process and copied by
+    """One tiny synthetic run (`trained_tiny_run()`), trained once per test run and copied by
     each test."""
 
     @classmethod
