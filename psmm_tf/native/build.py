@@ -4,14 +4,14 @@
 message naming what is missing (the compiler, TensorFlow's headers, a writable cache folder) or
 which file was refused. The library is built against the installed TensorFlow with `compiler`
 (one compiler process per source, all at once, then the link) into `cache_dir`, under a file
-lock (two processes with an empty cache build once), under a
-name whose key covers the sources, this loader, TensorFlow's version, the CPU, the compiler's
-path and `--version` and the full command line; the first build is logged with its time, and
-after it the package's other builds in the folder are removed. A sidecar `.sha256` is written
-after the build and checked before every load (a cut or changed library is rebuilt, with one
-line naming it), and a loaded library must hold every op of `EXPECTED_OPS` (else it is removed
-and refused, naming it). Only `psmm_tf.native` (the module that decides) calls this one; it
-reads no environment variable and no setting of its own.
+lock (two processes with an empty cache build once), under a name whose key covers the sources,
+this loader, TensorFlow's version, the CPU, the compiler's path and `--version` and the full
+command lines; the first build is logged with its time, and after it the package's other builds
+in the folder are removed. A sidecar `.sha256` is written after the build and checked before
+every load (a cut or changed library is rebuilt, with one line naming it), and a loaded library
+must hold every op of `EXPECTED_OPS` (else it is removed and refused, naming it). Only
+`psmm_tf.native` (the module that decides) calls this one; it reads no environment variable and
+no setting of its own.
 """
 
 import contextlib
@@ -109,7 +109,7 @@ def build_commands(tf, compiler, output):
 
 def cache_key(tf, compiler, version):
     """The hex key of a build: sources, headers, this loader, TensorFlow, CPU, compiler and
-    its version, and the command line (with a fixed output name)."""
+    its version, and the command lines (with a fixed output name)."""
     parts = [path.read_text() for path in (*SOURCES, *HEADERS, pathlib.Path(__file__))]
     parts += [tf.__version__, _cpu_signature(), compiler, version,
               repr(build_commands(tf, compiler, "OUT"))]
