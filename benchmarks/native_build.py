@@ -3,8 +3,8 @@ source run at once (what `psmm_tf.native.build` does), side by side in one run.
 
 Each round builds the library both ways into fresh temporary folders, in turn (A B A B ...),
 with the same flags, and checks in a fresh process (an op registers once a process) that each
-library loads and holds every expected op. Prints
-the wall seconds of each way per round, their medians and the ratio one / per-source.
+library loads and holds every expected op. Prints the wall seconds of each way per round, their
+medians and the ratio one / per-source.
 
 Usage:
   python benchmarks/native_build.py --rounds=3
@@ -22,6 +22,10 @@ from absl import app, flags
 from psmm_tf.native import build
 
 FLAGS = flags.FLAGS
+flags.DEFINE_integer("rounds", 3, "Builds of each way.", lower_bound=1)
+flags.DEFINE_string("compiler", "g++", "The C++ compiler.")
+
+# Run in a fresh process per library: an op registers once a process.
 CHECK = """
 import sys
 import tensorflow as tf
@@ -30,24 +34,19 @@ library = tf.load_op_library(sys.argv[1])
 missing = [op for op in build.EXPECTED_OPS if not hasattr(library, op)]
 sys.exit(f"the library lacks {missing}" if missing else 0)
 """
-flags.DEFINE_integer("rounds", 3, "Builds of each way.", lower_bound=1)
-flags.DEFINE_string("compiler", "g++", "The C++ compiler.")
 
 
 def one_process(tf, output):
     """The whole build as one compiler command (its sources compiled one after another)."""
-    compiles, link = build.build_commands(tf, FLAGS.compiler, output)
-    sources = [command[command.index("-c") + 1] for command in compiles]
-    subprocess.run([FLAGS.compiler, *build.CXX_FLAGS, "-shared", *sources, "-o", str(output),
-                    *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()],
-                   check=True)
+    subprocess.run([FLAGS.compiler, *build.CXX_FLAGS, "-shared", *map(str, build.SOURCES),
+                    "-o", str(output), *tf.sysconfig.get_compile_flags(),
+                    *tf.sysconfig.get_link_flags()], check=True)
 
 
 def per_source(tf, output):
-    """The package's own build: the sources' compiles at once, then the link."""
-    compiles, link = build.build_commands(tf, FLAGS.compiler, output)
-    build._run_compilers(compiles, build.BUILD_TIMEOUT_S, time.monotonic())
-    build._run_compilers([link], build.BUILD_TIMEOUT_S, time.monotonic())
+    """The package's own build (`build._build`: the sources' compiles at once, then the
+    link, the sidecar)."""
+    build._build(tf, FLAGS.compiler, output, build.BUILD_TIMEOUT_S)
 
 
 def main(argv):
