@@ -113,20 +113,22 @@ def endpoint_specs(with_cache=False):
 ENDPOINTS = endpoint_specs()  # of an export without a cache
 
 
-def _keyword_signature(endpoint):
-    """A `tf.function` taking the endpoint's inputs as keywords (the signature's form)."""
+def _keyword_signature(method):
+    """A `tf.function` taking an endpoint's inputs as keywords (the signature's form)."""
 
     def signature(**inputs):
-        return endpoint(inputs)
+        return method(inputs)
 
     return tf.function(signature, jit_compile=False)
 
 
 class _Untracked:
-    """Holds the Keras model out of the SavedModel's object graph (only its variables go in)."""
+    """Holds the Keras model, and the signatures once traced, out of the SavedModel's object
+    graph (only the model's variables go in)."""
 
     def __init__(self, model):
         self.model = model
+        self.signatures = {}
 
 
 class ServingModule(tf.Module):
@@ -190,18 +192,31 @@ class ServingModule(tf.Module):
         self.id_to_word = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(ids, tokens), "")
         for endpoint, spec in self._endpoints.items():
-            setattr(self, endpoint, tf.function(getattr(self, "_" + endpoint),
+            setattr(self, endpoint, tf.function(self._endpoint(endpoint),
                                                 input_signature=[spec], jit_compile=False))
 
     def signatures(self):
         """The signature map for `tf.saved_model.save` (`serving_default` = `score_text`)."""
-        result = {}
+        result = self._held.signatures
         for endpoint, spec in self._endpoints.items():
-            wrapper = _keyword_signature(getattr(self, endpoint))
+            wrapper = _keyword_signature(getattr(self, "_" + endpoint))
             result[endpoint] = wrapper.get_concrete_function(
                 **{name: tf.TensorSpec(None, s.dtype, name=name) for name, s in spec.items()})
-        result["serving_default"] = result["score_text"]
-        return result
+        return {**result, "serving_default": result["score_text"]}
+
+    def _endpoint(self, name):
+        """The endpoint `name`, taking one dict: a call of its signature once `signatures()` has
+        traced them, else its method. `tf.saved_model.save` traces the module's functions again
+        in its own context; a call of the traced signature keeps that trace to one operation
+        instead of the whole model's graph again."""
+        method = getattr(self, "_" + name)
+
+        def endpoint(inputs):
+            signature = self._held.signatures.get(name)
+            return method(inputs) if signature is None else signature(**inputs)
+
+        endpoint.__name__ = name
+        return endpoint
 
     # Endpoints (dict of named inputs -> dict of named outputs).
 
