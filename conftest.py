@@ -1,7 +1,10 @@
 """pytest: the native kernels of every test process build into the tests' own cache folder
 (`psmm_tf.testing.NATIVE_TEST_CACHE`), never into a user's ~/.cache/psmm_tf; the processes of
 one run (pytest-xdist's workers) share one temporary folder (`psmm_tf.testing.SHARED_RUN_DIR`)
-for what the tests make once, removed by the run's first process at its end."""
+for what the tests make once, removed by the run's first process at its end. On Keras' JAX
+backend each process also keeps JAX's compiled programs there (its persistent compilation cache,
+set in the process, not passed to child interpreters), so a program that two tests compile alike
+is compiled once per run."""
 
 import os
 import shutil
@@ -14,6 +17,8 @@ _made_here = []
 
 def pytest_configure(config):
     del config
+    import keras
+
     from psmm_tf import testing
 
     testing.use_native_test_cache()
@@ -21,6 +26,13 @@ def pytest_configure(config):
         os.environ[SHARED_RUN_DIR_VARIABLE] = tempfile.mkdtemp(prefix="psmm-tests-")
         _made_here.append(os.environ[SHARED_RUN_DIR_VARIABLE])
     testing.SHARED_RUN_DIR = os.environ[SHARED_RUN_DIR_VARIABLE]
+    if keras.backend.backend() == "jax":
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir",
+                          os.path.join(testing.SHARED_RUN_DIR, "jax_compilation_cache"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_unconfigure(config):
