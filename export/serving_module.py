@@ -57,6 +57,7 @@ only; the clients of `psmm_tf.export.clients` check dtypes by name first (`INPUT
 
 import tensorflow as tf
 
+from psmm_tf.compiled import graph_function
 from psmm_tf.data import Vocabulary
 from psmm_tf.evaluation.neural_cache import CacheSettings, NeuralCache
 from psmm_tf.export import CACHE_STATE_NAMES, STATE_NAMES, cache, tokenization, validation
@@ -119,7 +120,7 @@ def _keyword_signature(method):
     def signature(**inputs):
         return method(inputs)
 
-    return tf.function(signature, jit_compile=False)
+    return graph_function(signature, jit_compile=False)
 
 
 class _Untracked:
@@ -192,8 +193,8 @@ class ServingModule(tf.Module):
         self.id_to_word = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(ids, tokens), "")
         for endpoint, spec in self._endpoints.items():
-            setattr(self, endpoint, tf.function(self._endpoint(endpoint),
-                                                input_signature=[spec], jit_compile=False))
+            setattr(self, endpoint, graph_function(self._endpoint(endpoint),
+                                                  input_signature=[spec], jit_compile=False))
 
     def signatures(self):
         """The signature map for `tf.saved_model.save` (`serving_default` = `score_text`)."""

@@ -15,6 +15,8 @@ are safe on any input that passed the stages before it.
 
 import tensorflow as tf
 
+from psmm_tf.compiled import graph_function
+
 
 def after_checks(tensors, checks):
     """`tensors` (a dict) as returned by a non-inlined function that first runs `checks`.
@@ -32,8 +34,8 @@ def after_checks(tensors, checks):
         with tf.control_dependencies(checks(values)):
             return {name: tf.identity(value) for name, value in values.items()}
 
-    return tf.function(stage, jit_compile=False,
-                       experimental_attributes={"_noinline": True})(tensors)
+    return graph_function(stage, jit_compile=False,
+                          experimental_attributes={"_noinline": True})(tensors)
 
 
 def rank_check(name, tensor, rank, meaning, scalar_ok=False):

@@ -3,7 +3,8 @@
 The layers and models are written with `keras.ops` only; running one of their methods as a
 compiled graph is the one thing that differs between backends: `tf.function` on TensorFlow,
 `jax.jit` over the variables' values on JAX (a jitted closure would bake the weights in as
-constants), eager elsewhere.
+constants), eager elsewhere. `graph_function` is the package's one way to make a TensorFlow graph
+of its own code.
 """
 
 import keras
@@ -22,9 +23,7 @@ def inference_function(model, function):
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(function, reduce_retracing=True)
+        return graph_function(function, reduce_retracing=True)
     if backend == "jax":
         import jax
 
@@ -35,3 +34,18 @@ def inference_function(model, function):
         jitted = jax.jit(pure)
         return lambda *args: jitted([variable.value for variable in model.variables], *args)
     return function
+
+
+def graph_function(function=None, **options):
+    """`tf.function(function, autograph=False, **options)`; without `function`, a decorator.
+
+    psmm_tf's code has no Python control flow on tensors (its layers also run under `jax.jit`,
+    which converts none), so it is traced as written: AutoGraph's conversion of every function a
+    step calls, most of the first trace's time in each new process, is skipped, and a Python
+    `if` on a tensor fails loudly while tracing.
+    """
+    import tensorflow as tf
+
+    if function is None:
+        return lambda decorated: tf.function(decorated, autograph=False, **options)
+    return tf.function(function, autograph=False, **options)

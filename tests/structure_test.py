@@ -320,5 +320,27 @@ class NativeSwitchStructureTest(unittest.TestCase):
         self.assertTrue(reads_environment(ast.parse("from os import getenv")))
 
 
+def uses_tf_function(tree):
+    """Lines of `tree` that name `tf.function` (a call or a decorator) or import `function`
+    from tensorflow."""
+    return [node.lineno for node in ast.walk(tree)
+            if (isinstance(node, ast.Attribute) and node.attr == "function"
+                and isinstance(node.value, ast.Name) and node.value.id in ("tf", "tensorflow"))
+            or (isinstance(node, ast.ImportFrom) and node.module == "tensorflow"
+                and any(alias.name == "function" for alias in node.names))]
+
+
+class GraphFunctionStructureTest(unittest.TestCase):
+    def test_the_package_makes_its_graphs_with_graph_function_only(self):
+        # psmm_tf.compiled.graph_function: one place that says how the package's code is traced
+        # (without AutoGraph, docs/design_notes.md).
+        found = {name: lines for name, path in library_modules().items()
+                 if name != "psmm_tf.compiled"
+                 and (lines := uses_tf_function(ast.parse(path.read_text(encoding="utf-8"))))}
+        self.assertEqual(found, {})
+        self.assertTrue(uses_tf_function(ast.parse("@tf.function\ndef f(): pass")))
+        self.assertTrue(uses_tf_function(ast.parse("from tensorflow import function")))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -14,8 +14,8 @@ import dataclasses
 import math
 
 import numpy as np
-import tensorflow as tf
 
+from psmm_tf.compiled import graph_function
 from psmm_tf.data.pipeline import evaluation_windows
 
 
@@ -71,7 +71,7 @@ class Evaluator:
         self.model = model
         self.batch_size = batch_size
         self.length = length
-        self._step = tf.function(self._scores, jit_compile=jit_compile)
+        self._step = graph_function(self._scores, jit_compile=jit_compile)
 
     def evaluate(self, ids, max_tokens=None, collect=False, attention_positions=(),
                  spelling=None):

@@ -33,6 +33,7 @@ import zipfile
 import numpy as np
 import tensorflow as tf
 
+from psmm_tf.compiled import graph_function
 from psmm_tf.data.pipeline import evaluation_windows
 from psmm_tf.evaluation.analysis import target_in_window
 from psmm_tf.layers import PointerSentinel, neural_cache, pointer_mass, vocab_log_prob
@@ -72,7 +73,7 @@ def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS, spell
     ids = np.asarray(ids)
     window = model.window_size
     thetas_tensor = tf.constant(thetas, tf.float32)
-    step = tf.function(
+    step = graph_function(
         lambda batch, state, memory, cache: _diagnostic_step(
             model, batch, state, memory, cache, thetas_tensor, window),
         reduce_retracing=True)

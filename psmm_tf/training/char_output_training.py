@@ -48,6 +48,7 @@ import tensorflow as tf
 
 from psmm_tf import gradients
 from psmm_tf import workdir as run_files
+from psmm_tf.compiled import graph_function
 from psmm_tf.configs import check_positive_ints
 from psmm_tf.data import corpus_setup
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
@@ -208,7 +209,7 @@ def evaluate_char_output(model, data, length=100, max_tokens=None):
                          f"one to predict), got {count}.")
     memory_size = base.memory_size if model.has_pointer else 0
 
-    @tf.function
+    @graph_function
     def scored(token_ids, token_mask, targets, target_chars, token_chars, key_words,
                target_words, state, memory):
         scores, outputs = base.score_step(token_ids, targets, token_mask, state, memory,
@@ -334,7 +335,7 @@ def make_reader(base_model):
     """A compiled `(token_ids, token_chars, state) -> (hidden, state)` of the frozen model
     (inference mode) for `frozen_windows`."""
 
-    @tf.function
+    @graph_function
     def read(token_ids, token_chars, state):
         outputs = base_model(token_ids, state=state, training=False, token_chars=token_chars)
         return outputs["hidden"], outputs["state"]
@@ -370,7 +371,7 @@ def make_train_step(model, optimizer, clip_norm):
     Returns `(loss, gradient norm)`."""
     variables = model.char_output.trainable_variables
 
-    @tf.function(reduce_retracing=True)
+    @graph_function(reduce_retracing=True)
     def train_step(hidden, target_chars):
         with tf.GradientTape() as tape:
             log_probs = model.char_output(hidden, target_chars, training=True)

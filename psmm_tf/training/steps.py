@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from psmm_tf import native as native_kernels
+from psmm_tf.compiled import graph_function
 from psmm_tf.gradients import WindowStepSettings, clip_scales
 from psmm_tf.training import distribution, sgd_update
 
@@ -85,8 +86,8 @@ class TrainStep(WindowStepSettings):
         if not optimizer.built:  # its variables (a loss scale's too) exist before the first step
             with strategy.scope():
                 optimizer.build(model.trainable_variables)
-        self._forward_backward = tf.function(self._gradients, jit_compile=jit_compile)
-        self._step = tf.function(self._distributed_step)
+        self._forward_backward = graph_function(self._gradients, jit_compile=jit_compile)
+        self._step = graph_function(self._distributed_step)
 
     def initial_carry(self):
         """Zero LSTM state and (in "cache" mode) an empty memory, as per-replica values."""
