@@ -47,5 +47,5 @@ def graph_function(function=None, **options):
     import tensorflow as tf
 
     if function is None:
-        return lambda decorated: tf.function(decorated, autograph=False, **options)
+        return lambda decorated: graph_function(decorated, **options)
     return tf.function(function, autograph=False, **options)
