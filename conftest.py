@@ -4,7 +4,9 @@ one run (pytest-xdist's workers) share one temporary folder (`psmm_tf.testing.SH
 for what the tests make once, removed by the run's first process at its end. On Keras' JAX
 backend each process also keeps JAX's compiled programs there (its persistent compilation cache,
 set in the process, not passed to child interpreters), so a program that two tests compile alike
-is compiled once per run."""
+is compiled once per run, and compiles with XLA's optimisation passes off
+(`jax_disable_most_optimizations`): the tests' programs are tiny, so compiling dominates them
+(docs/design_notes.md, "How the tests stay cheap")."""
 
 import os
 import shutil
@@ -33,6 +35,7 @@ def pytest_configure(config):
                           os.path.join(testing.SHARED_RUN_DIR, "jax_compilation_cache"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        jax.config.update("jax_disable_most_optimizations", True)
 
 
 def pytest_unconfigure(config):

@@ -299,19 +299,138 @@ def child_env(env=None, paths=(), log_level="3"):
     return result
 
 
+# The programs' scripts and the modules a console script runs (`main()`).
+PROGRAM_MODULES = {"trainers/train.py": "psmm_tf.trainers.train",
+                   "trainers/evaluate.py": "psmm_tf.trainers.evaluate",
+                   "export/export_saved_model.py": "psmm_tf.export.export_saved_model",
+                   "export/score.py": "psmm_tf.export.score"}
+# Environment variables a program reads when it runs (not when TensorFlow, Keras or psmm_tf is
+# imported): a child given only these may start from the fork server.
+RUN_TIME_VARIABLES = frozenset({"TF_CONFIG"})
+
+
+def _program_context():
+    """multiprocessing's fork server, which imports psmm_tf (TensorFlow, Keras) once; each
+    program child forks from it, a process that has run no TensorFlow op. One server per test
+    process, started at its first program child."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["psmm_tf", "psmm_tf.testing"])
+    return context
+
+
+def _run_program(module, argv, environ, stdout_path, stderr_path):
+    """In the forked child: the console script's run of `module.main()` with `sys.argv = argv`,
+    in `environ` and the repository root, fd 1 and 2 on the given files."""
+    import importlib
+
+    for fd, path in ((1, stdout_path), (2, stderr_path)):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(opened, fd)
+        os.close(opened)
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(REPO_ROOT)
+    sys.argv = list(argv)
+    # Ctrl-C as in a program started from a terminal, even where the server started ignoring it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    status = importlib.import_module(module).main()
+    sys.stdout.flush()
+    sys.exit(status)  # psmm-score's main returns its status; the others return None (0)
+
+
+class ForkedProgram:
+    """A program child from the fork server, with the part of `subprocess.Popen`'s interface
+    the tests use: `pid`, `returncode`, `poll`, `wait`, `send_signal`, `kill`, `communicate`.
+    Its output goes to files, read by `communicate` (`stdout`/`stderr`: `subprocess.PIPE` or
+    `subprocess.DEVNULL`), so a child that writes a lot never blocks on a full pipe."""
+
+    def __init__(self, module, argv, environ, stdout=None, stderr=None, text=False):
+        self._folder = tempfile.mkdtemp(prefix="psmm_program_")
+        self._paths = [os.path.join(self._folder, name) if mode == subprocess.PIPE else os.devnull
+                       for name, mode in (("stdout", stdout), ("stderr", stderr))]
+        self._piped = [stdout == subprocess.PIPE, stderr == subprocess.PIPE]
+        for path, piped in zip(self._paths, self._piped, strict=True):
+            if piped:  # empty output where the child is killed before it opens them
+                Path(path).touch()
+        self._text = text
+        self._process = _program_context().Process(
+            target=_run_program, args=(module, argv, environ, *self._paths))
+        self._process.start()
+        self.pid = self._process.pid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None and self._process.exitcode is not None:
+            self.returncode = self._process.exitcode  # -N when killed by signal N, as Popen's
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self._process.name, timeout)
+        return self.returncode
+
+    def send_signal(self, signum):
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout=None):
+        self.wait(timeout)
+        outputs = []
+        for path, piped in zip(self._paths, self._piped, strict=True):
+            data = Path(path).read_bytes() if piped else None
+            outputs.append(data.decode() if data is not None and self._text else data)
+        shutil.rmtree(self._folder, ignore_errors=True)
+        return tuple(outputs)
+
+
+def start_program(module, argv, env=None, **kwargs):
+    """Starts `module.main()` with `sys.argv = argv` (a console script's run) in a child of the
+    fork server, in `child_env(env)`; returns its `ForkedProgram` (`kwargs`: its output)."""
+    return ForkedProgram(module, list(argv), child_env(env), **kwargs)
+
+
+def _forked(script, env):
+    """Whether a child of `script` with `env` may start from the fork server."""
+    return script in PROGRAM_MODULES and set(env or {}) <= RUN_TIME_VARIABLES
+
+
 def run_script(script, args, env=None, timeout=240):
-    """Runs `python <script> <args>` from the repository root; returns the CompletedProcess."""
+    """Runs `python <script> <args>` from the repository root; returns the CompletedProcess.
+
+    A program's script with no import-time environment (`RUN_TIME_VARIABLES`) runs its
+    console script's `main()` in a child of the fork server instead (no TensorFlow start: seconds
+    each); the same argv (its script's path first), environment and folder.
+    """
+    if _forked(script, env):
+        child = start_script(script, args, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        finally:
+            child.kill()
+        return subprocess.CompletedProcess(child.pid, child.returncode, stdout, stderr)
     return subprocess.run([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
                           env=child_env(env), capture_output=True, text=True, timeout=timeout)
 
 
 def start_script(script, args, env=None, **kwargs):
-    """Starts `python <script> <args>` in the background; returns the Popen.
+    """Starts `python <script> <args>` in the background; returns the Popen (a `ForkedProgram`
+    for a program's script with no import-time environment, as in `run_script`).
 
     The child takes Ctrl-C (SIGINT) as a program started from a terminal does, even where this
     process ignores it (tests run as a background job): an ignored signal stays ignored across
-    exec, a handled one starts at its default, which Python turns into KeyboardInterrupt.
+    exec, a handled one starts at its default, which Python turns into KeyboardInterrupt (a fork
+    server's child sets Python's handler itself).
     """
+    if _forked(script, env):
+        return start_program(PROGRAM_MODULES[script], [str(REPO_ROOT / script), *args], env,
+                             **kwargs)
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     if ignored:
         signal.signal(signal.SIGINT, signal.default_int_handler)

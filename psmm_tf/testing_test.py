@@ -1,7 +1,9 @@
-"""The test helpers' shared folders: `made_once` makes a folder once for every process of a
-test run and makes again one that a killed process left incomplete."""
+"""The test helpers: `made_once` makes a folder once for every process of a test run and makes
+again one that a killed process left incomplete; a program child from the fork server exits and
+prints as the program in a new interpreter does."""
 
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +64,38 @@ class MadeOnceTest(unittest.TestCase):
             self.assertEqual(testing.made_once("thing", make), path)
         self.assertEqual(made, [self.root / "thing"])
         self.assertEqual(sorted(p.name for p in path.iterdir()), ["whole"])
+
+
+class ForkedProgramTest(unittest.TestCase):
+    def test_a_forked_program_exits_and_prints_as_a_new_interpreter_does(self):
+        args = ["--workdir=/nonexistent/psmm_run", "--max_tokens=10"]
+        self.assertTrue(testing._forked("trainers/evaluate.py", None))
+        forked = testing.run_script("trainers/evaluate.py", args)
+        new = subprocess.run([sys.executable, str(testing.REPO_ROOT / "trainers/evaluate.py"),
+                              *args], cwd=testing.REPO_ROOT, env=testing.child_env(),
+                             capture_output=True, text=True, timeout=240)
+        self.assertEqual(new.returncode, 1, new.stderr[-2000:])
+        self.assertEqual((forked.returncode, forked.stdout), (new.returncode, new.stdout))
+        self.assertEqual(forked.stderr.splitlines()[-1], new.stderr.splitlines()[-1])
+        self.assertIn("/nonexistent/psmm_run", forked.stderr)
+
+    def test_a_killed_program_reports_the_signal_as_popen_does(self):
+        # An import-time variable (KERAS_BACKEND) makes a new interpreter; TF_CONFIG does not.
+        self.assertFalse(testing._forked("trainers/train.py", {"KERAS_BACKEND": "jax"}))
+        self.assertTrue(testing._forked("trainers/train.py", {"TF_CONFIG": ""}))
+        child = testing.start_script("trainers/train.py", ["--preset=tiny", "--dataset=synthetic",
+                                     f"--workdir={self.root / 'run'}", "--epochs=1000"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.assertIsInstance(child, testing.ForkedProgram)
+        self.assertIsNone(child.poll())
+        child.send_signal(signal.SIGKILL)
+        self.assertEqual(child.wait(timeout=60), -signal.SIGKILL)
+        stdout, stderr = child.communicate()
+        self.assertEqual((stdout, type(stderr)), (None, bytes))
+
+    def setUp(self):
+        self.root = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.root)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,16 @@
 """Each CLI's plain --help: a usage example block, then its own flags with help text.
 
 The programs run as their console scripts run them (`main()` with `sys.argv[0]` the program's
-name), in fresh processes started side by side.
+name), in children of the tests' fork server (`psmm_tf.testing.start_program`) started side by
+side.
 """
 
-import os
 import re
 import subprocess
-import sys
 import unittest
 
 from psmm_tf import __version__, configs
+from psmm_tf.testing import start_program
 
 TRAIN_FLAGS = (
     "workdir", "preset", "dataset", "data_dir", "tfds_data_dir", "train_split", "valid_split",
@@ -49,16 +49,11 @@ PROGRAMS = {
         "model", "rest", "grpc", "model_name", "model_version", "input", "format",
         "[no]independent", "lines_per_request", "timeout", "[no]version")),
 }
-# Where psmm-score's main returns a status, the console script exits with it.
-CODE = "import sys; sys.argv = {argv!r}; from {module} import main; sys.exit(main())"
 
 
 def start(program, *args):
-    module = PROGRAMS[program][0]
-    code = CODE.format(argv=[program, *args], module=module)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return start_program(PROGRAMS[program][0], [program, *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
 
 
 def finish(process):
