@@ -347,7 +347,12 @@ class ForkedProgram:
     `subprocess.DEVNULL`), so a child that writes a lot never blocks on a full pipe."""
 
     def __init__(self, module, argv, environ, stdout=None, stderr=None, text=False):
-        self._folder = tempfile.mkdtemp(prefix="psmm_program_")
+        if not {stdout, stderr} <= {None, subprocess.PIPE, subprocess.DEVNULL}:
+            raise ValueError("a ForkedProgram's stdout and stderr are subprocess.PIPE, "
+                             f"subprocess.DEVNULL or None (DEVNULL), got {stdout!r}, {stderr!r}")
+        # A folder for the piped outputs only, removed by `communicate`.
+        self._folder = (tempfile.mkdtemp(prefix="psmm_program_")
+                        if subprocess.PIPE in (stdout, stderr) else None)
         self._paths = [os.path.join(self._folder, name) if mode == subprocess.PIPE else os.devnull
                        for name, mode in (("stdout", stdout), ("stderr", stderr))]
         self._piped = [stdout == subprocess.PIPE, stderr == subprocess.PIPE]
@@ -385,7 +390,8 @@ class ForkedProgram:
         for path, piped in zip(self._paths, self._piped, strict=True):
             data = Path(path).read_bytes() if piped else None
             outputs.append(data.decode() if data is not None and self._text else data)
-        shutil.rmtree(self._folder, ignore_errors=True)
+        if self._folder:
+            shutil.rmtree(self._folder, ignore_errors=True)
         return tuple(outputs)
 
 
