@@ -420,7 +420,8 @@ def run_script(script, args, env=None, timeout=240):
             stdout, stderr = child.communicate(timeout=timeout)
         finally:
             child.kill()
-        return subprocess.CompletedProcess(child.pid, child.returncode, stdout, stderr)
+        return subprocess.CompletedProcess([sys.executable, str(REPO_ROOT / script), *args],
+                                           child.returncode, stdout, stderr)
     return subprocess.run([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
                           env=child_env(env), capture_output=True, text=True, timeout=timeout)
 
