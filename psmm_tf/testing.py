@@ -335,9 +335,8 @@ def _run_program(module, argv, environ, stdout_path, stderr_path):
     sys.argv = list(argv)
     # Ctrl-C as in a program started from a terminal, even where the server started ignoring it.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    status = importlib.import_module(module).main()
-    sys.stdout.flush()
-    sys.exit(status)  # psmm-score's main returns its status; the others return None (0)
+    # psmm-score's main returns its status; the others return None (0).
+    sys.exit(importlib.import_module(module).main())
 
 
 class ForkedProgram:
@@ -350,18 +349,17 @@ class ForkedProgram:
         if not {stdout, stderr} <= {None, subprocess.PIPE, subprocess.DEVNULL}:
             raise ValueError("a ForkedProgram's stdout and stderr are subprocess.PIPE, "
                              f"subprocess.DEVNULL or None (DEVNULL), got {stdout!r}, {stderr!r}")
-        # A folder for the piped outputs only, removed by `communicate`.
+        # The piped outputs' files (None: not piped) in a folder removed by `communicate`.
         self._folder = (tempfile.mkdtemp(prefix="psmm_program_")
                         if subprocess.PIPE in (stdout, stderr) else None)
-        self._paths = [os.path.join(self._folder, name) if mode == subprocess.PIPE else os.devnull
-                       for name, mode in (("stdout", stdout), ("stderr", stderr))]
-        self._piped = [stdout == subprocess.PIPE, stderr == subprocess.PIPE]
-        for path, piped in zip(self._paths, self._piped, strict=True):
-            if piped:  # empty output where the child is killed before it opens them
-                Path(path).touch()
+        self._outputs = [os.path.join(self._folder, name) if mode == subprocess.PIPE else None
+                         for name, mode in (("stdout", stdout), ("stderr", stderr))]
+        for path in filter(None, self._outputs):
+            Path(path).touch()  # empty output where the child is killed before it opens them
         self._text = text
         self._process = _program_context().Process(
-            target=_run_program, args=(module, argv, environ, *self._paths))
+            target=_run_program,
+            args=(module, argv, environ, *(path or os.devnull for path in self._outputs)))
         self._process.start()
         self.pid = self._process.pid
         self.returncode = None
@@ -387,8 +385,8 @@ class ForkedProgram:
     def communicate(self, timeout=None):
         self.wait(timeout)
         outputs = []
-        for path, piped in zip(self._paths, self._piped, strict=True):
-            data = Path(path).read_bytes() if piped else None
+        for path in self._outputs:
+            data = Path(path).read_bytes() if path else None
             outputs.append(data.decode() if data is not None and self._text else data)
         if self._folder:
             shutil.rmtree(self._folder, ignore_errors=True)
@@ -413,6 +411,7 @@ def run_script(script, args, env=None, timeout=240):
     console script's `main()` in a child of the fork server instead (no TensorFlow start: seconds
     each); the same argv (its script's path first), environment and folder.
     """
+    command = [sys.executable, str(REPO_ROOT / script), *args]
     if _forked(script, env):
         child = start_script(script, args, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -420,10 +419,9 @@ def run_script(script, args, env=None, timeout=240):
             stdout, stderr = child.communicate(timeout=timeout)
         finally:
             child.kill()
-        return subprocess.CompletedProcess([sys.executable, str(REPO_ROOT / script), *args],
-                                           child.returncode, stdout, stderr)
-    return subprocess.run([sys.executable, str(REPO_ROOT / script), *args], cwd=REPO_ROOT,
-                          env=child_env(env), capture_output=True, text=True, timeout=timeout)
+        return subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
+    return subprocess.run(command, cwd=REPO_ROOT, env=child_env(env), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def start_script(script, args, env=None, **kwargs):

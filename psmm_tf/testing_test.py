@@ -34,11 +34,13 @@ ASK = textwrap.dedent("""
     """)
 
 
-class MadeOnceTest(unittest.TestCase):
+class TemporaryRootTestCase(unittest.TestCase):
     def setUp(self):
         self.root = Path(tempfile.mkdtemp())
         self.addCleanup(shutil.rmtree, self.root)
 
+
+class MadeOnceTest(TemporaryRootTestCase):
     def test_two_processes_asking_at_once_make_it_once(self):
         askers = [subprocess.Popen([sys.executable, "-c", ASK, str(self.root)],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -66,7 +68,7 @@ class MadeOnceTest(unittest.TestCase):
         self.assertEqual(sorted(p.name for p in path.iterdir()), ["whole"])
 
 
-class ForkedProgramTest(unittest.TestCase):
+class ForkedProgramTest(TemporaryRootTestCase):
     def test_a_forked_program_exits_and_prints_as_a_new_interpreter_does(self):
         args = ["--workdir=/nonexistent/psmm_run", "--max_tokens=10"]
         self.assertTrue(testing._forked("trainers/evaluate.py", None))
@@ -92,10 +94,6 @@ class ForkedProgramTest(unittest.TestCase):
         self.assertEqual(child.wait(timeout=60), -signal.SIGKILL)
         stdout, stderr = child.communicate()
         self.assertEqual((stdout, type(stderr)), (None, bytes))
-
-    def setUp(self):
-        self.root = Path(tempfile.mkdtemp())
-        self.addCleanup(shutil.rmtree, self.root)
 
 
 if __name__ == "__main__":
