@@ -2,10 +2,8 @@
 (`psmm_tf.testing.NATIVE_TEST_CACHE`), never into a user's ~/.cache/psmm_tf; the processes of
 one run (pytest-xdist's workers) share one temporary folder (`psmm_tf.testing.SHARED_RUN_DIR`)
 for what the tests make once, removed by the run's first process at its end. On Keras' JAX
-backend each process also keeps JAX's compiled programs there (its persistent compilation cache,
-set in the process, not passed to child interpreters), so a program that two tests compile alike
-is compiled once per run, and compiles with XLA's optimisation passes off
-(`jax_disable_most_optimizations`): the tests' programs are tiny, so compiling dominates them
+backend each process also takes `psmm_tf.testing.jax_test_settings()` (JAX's persistent
+compilation cache in that folder, XLA's optimisation passes off), as the tests' JAX children do
 (docs/design_notes.md, "How the tests stay cheap")."""
 
 import os
@@ -31,11 +29,8 @@ def pytest_configure(config):
     if keras.backend.backend() == "jax":
         import jax
 
-        jax.config.update("jax_compilation_cache_dir",
-                          os.path.join(testing.SHARED_RUN_DIR, "jax_compilation_cache"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        jax.config.update("jax_disable_most_optimizations", True)
+        for option, value in testing.jax_test_settings().items():
+            jax.config.update(option, value)
 
 
 def pytest_unconfigure(config):

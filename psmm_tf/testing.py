@@ -36,6 +36,24 @@ NATIVE_TEST_CACHE = Path(tempfile.gettempdir()) / (
 SHARED_RUN_DIR = None
 
 
+def jax_test_settings():
+    """JAX's settings for the tests' processes on Keras' JAX backend, `{option: value}`: the
+    programs are compiled with XLA's optimisation passes off (the tests' programs are tiny, so
+    compiling dominates them) and kept in JAX's persistent compilation cache under
+    `SHARED_RUN_DIR`, so a program that two processes of the run compile alike is compiled once
+    (docs/design_notes.md, "How the tests stay cheap"). conftest.py sets them in the JAX leg's
+    pytest processes (`jax.config`); `child_env` passes them to every child whose
+    KERAS_BACKEND is jax (as JAX's `JAX_<OPTION>` variables), and to no other child."""
+    settings = {"jax_disable_most_optimizations": True}
+    if SHARED_RUN_DIR is not None:
+        settings.update({
+            "jax_compilation_cache_dir": os.path.join(SHARED_RUN_DIR, "jax_compilation_cache"),
+            "jax_persistent_cache_min_compile_time_secs": 0,
+            "jax_persistent_cache_min_entry_size_bytes": 0,
+        })
+    return settings
+
+
 def use_native_test_cache():
     """Points `psmm_tf.native` (this process) and psmm-train children ($PSMM_TF_CACHE) at
     `NATIVE_TEST_CACHE`."""
@@ -290,12 +308,16 @@ def skip_unless_tensorflow(reason="TensorFlow-specific"):
 
 def child_env(env=None, paths=(), log_level="3"):
     """The environment of a child Python: this one with the repository (then `paths`) first on
-    PYTHONPATH, TensorFlow's C++ logging at `log_level` unless set, then `env` on top."""
+    PYTHONPATH, TensorFlow's C++ logging at `log_level` unless set, then `env` on top; a child
+    on Keras' JAX backend also gets `jax_test_settings()` unless set."""
     result = dict(os.environ)
     result["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *map(str, paths),
                                             result.get("PYTHONPATH", "")])
     result.setdefault("TF_CPP_MIN_LOG_LEVEL", log_level)
     result.update(env or {})
+    if result.get("KERAS_BACKEND") == "jax":
+        for option, value in jax_test_settings().items():
+            result.setdefault(option.upper(), str(value).lower())
     return result
 
 

@@ -1,7 +1,10 @@
 """The test helpers: `made_once` makes a folder once for every process of a test run and makes
 again one that a killed process left incomplete; a program child from the fork server exits and
-prints as the program in a new interpreter does."""
+prints as the program in a new interpreter does; a child on the JAX backend takes the tests'
+JAX settings."""
 
+import json
+import os
 import shutil
 import signal
 import subprocess
@@ -94,6 +97,30 @@ class ForkedProgramTest(TemporaryRootTestCase):
         self.assertEqual(child.wait(timeout=60), -signal.SIGKILL)
         stdout, stderr = child.communicate()
         self.assertEqual((stdout, type(stderr)), (None, bytes))
+
+
+class ChildEnvTest(TemporaryRootTestCase):
+    def test_a_jax_child_takes_the_tests_jax_settings_and_no_other_child_does(self):
+        with mock.patch.object(testing, "SHARED_RUN_DIR", str(self.root)):
+            jax_env = testing.child_env({"KERAS_BACKEND": "jax"})
+            tensorflow_env = testing.child_env({"KERAS_BACKEND": "tensorflow"})
+            chosen = testing.child_env({"KERAS_BACKEND": "jax",
+                                        "JAX_DISABLE_MOST_OPTIMIZATIONS": "false"})
+        self.assertEqual(jax_env["JAX_DISABLE_MOST_OPTIMIZATIONS"], "true")
+        self.assertEqual(jax_env["JAX_COMPILATION_CACHE_DIR"],
+                         str(self.root / "jax_compilation_cache"))
+        self.assertEqual(jax_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"], "0")
+        self.assertFalse([name for name in tensorflow_env if name.startswith("JAX_")
+                          and name not in os.environ])
+        self.assertEqual(chosen["JAX_DISABLE_MOST_OPTIMIZATIONS"], "false")  # a test's own
+        # JAX reads each as the option of its name.
+        out = subprocess.run(
+            [sys.executable, "-c", "import jax, json; print(json.dumps({k: jax.config.values[k] "
+             f"for k in {sorted(testing.jax_test_settings())!r}}}))"],
+            env=jax_env, capture_output=True, text=True, check=True).stdout
+        with mock.patch.object(testing, "SHARED_RUN_DIR", str(self.root)):
+            self.assertEqual(json.loads(out.strip().splitlines()[-1]),
+                             testing.jax_test_settings())
 
 
 if __name__ == "__main__":
