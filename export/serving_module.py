@@ -124,11 +124,12 @@ def _keyword_signature(method):
 
 
 class _Untracked:
-    """Holds the Keras model, and the signatures once traced, out of the SavedModel's object
-    graph (only the model's variables go in)."""
+    """Holds the Keras model, the scoring function its signatures share and the signatures
+    once traced, out of the SavedModel's object graph (only the model's variables go in)."""
 
     def __init__(self, model):
         self.model = model
+        self.scores = None
         self.signatures = {}
 
 
@@ -192,6 +193,17 @@ class ServingModule(tf.Module):
             tf.lookup.KeyValueTensorInitializer(tokens, ids), -1)
         self.id_to_word = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(ids, tokens), "")
+        # The four scoring signatures call one function of the model's pass, traced once (for
+        # any batch, length and state): the export holds the model's graph once, not four times.
+        state_specs = {name: tf.TensorSpec([None] * INPUT_RANKS[name][0], spec.dtype)
+                       for name, spec in self._endpoints["score_stream"].items()
+                       if name in self.state_names}
+        scores_specs = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32),
+                        state_specs]
+        if self.max_word_length is not None:
+            scores_specs.append(tf.TensorSpec([None, None], tf.string))
+        self._held.scores = graph_function(self._model_scores, input_signature=scores_specs,
+                                           jit_compile=False)
         for endpoint, spec in self._endpoints.items():
             setattr(self, endpoint, graph_function(self._endpoint(endpoint),
                                                   input_signature=[spec], jit_compile=False))
@@ -374,20 +386,27 @@ class ServingModule(tf.Module):
         return spell_tokens(tokens, self.max_word_length)
 
     def _scores(self, token_ids, lengths, state, tokens=None):
-        """Scores of `token_ids` `(B, T)` (valid ids, `lengths` in `[1, T]`) and the new state.
+        """Scores of `token_ids` `(B, T)` (valid ids, `lengths` in `[1, T]`) and the new state,
+        from the signatures' one traced function (`_model_scores`).
 
         `tokens` (string `(B, T)`) are the words themselves, which a model with character
         inputs reads (a word outside the vocabulary as itself); without them it reads the
-        vocabulary's words of `token_ids`.
+        vocabulary's words of `token_ids` (in padding: "", read by nothing).
         """
+        if self.max_word_length is None:
+            return self._held.scores(token_ids, lengths, state)
+        if tokens is None:
+            tokens = self.id_to_word.lookup(tf.cast(token_ids, tf.int64))
+        return self._held.scores(token_ids, lengths, state, tokens)
+
+    def _model_scores(self, token_ids, lengths, state, words=None):
+        """`_scores`, with the `words` of a model with character inputs given."""
         mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1])
         token_ids = tf.where(mask, token_ids, 0)  # padding may hold any value
         inputs = tf.concat([state["last_id"][:, None], token_ids[:, :-1]], axis=1)
         new_state = {}
         input_chars = None
         if self.max_word_length is not None:
-            words = (self.id_to_word.lookup(tf.cast(token_ids, tf.int64)) if tokens is None
-                     else tokens)
             last = self.id_to_word.lookup(tf.cast(state["last_id"], tf.int64))
             input_chars = self._spelled(tf.concat([last[:, None], words[:, :-1]], axis=1))
         layers = tf.unstack(state["lstm_state"], num=self.num_layers, axis=1)
