@@ -391,7 +391,7 @@ class ServingModule(tf.Module):
 
         `tokens` (string `(B, T)`) are the words themselves, which a model with character
         inputs reads (a word outside the vocabulary as itself); without them it reads the
-        vocabulary's words of `token_ids` (in padding: "", read by nothing).
+        vocabulary's words of `token_ids` (whatever padding holds is masked).
         """
         if self.max_word_length is None:
             return self._held.scores(token_ids, lengths, state)
