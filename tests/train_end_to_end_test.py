@@ -51,8 +51,8 @@ class SyntheticRunTest(tf.test.TestCase):
         fit = results["gate_calibration"]
         self.assertEqual(list(best.pointer.gate_calibration), fit["gate_calibration"])
         corpus = trained_run.load_trained_run(workdir).corpus
-        self.assertAllClose(Evaluator(best).evaluate(corpus.ids["valid"][:300]).perplexity,
-                            results["calibrated_valid_perplexity"], rtol=1e-4)
+        valid = Evaluator(best, length=11).evaluate(corpus.ids["valid"][:300])  # run: length 16
+        self.assertAllClose(valid.perplexity, results["calibrated_valid_perplexity"], rtol=1e-4)
         self.assertLessEqual(fit["log_ppl_after"], fit["log_ppl_before"])
         self.assertAllClose(fit["log_ppl_before"], results["pointer"]["model_log_ppl"])
 
@@ -221,8 +221,8 @@ class RealCorpusTest(tf.test.TestCase):
         # its seeded config), still far from trained.
         run = trained_run.load_trained_run(workdir)
         test_ids = run.corpus.ids["test"][:400]
-        initial = Evaluator(build_model(stored.model)).evaluate(test_ids).perplexity
-        self.assertAllClose(Evaluator(run.model).evaluate(test_ids).perplexity,
+        initial = Evaluator(build_model(stored.model), length=11).evaluate(test_ids).perplexity
+        self.assertAllClose(Evaluator(run.model, length=11).evaluate(test_ids).perplexity,
                             results["test_perplexity"], rtol=1e-5)
         self.assertLess(results["test_perplexity"], 0.9 * initial)
         self.assertGreater(results["test_perplexity"], 500)

@@ -57,7 +57,7 @@ class EvaluateCommandTest(tf.test.TestCase):
         printed = float(re.search(r"psmm valid perplexity ([\d.]+) \(399 targets\)",
                                   done.stdout).group(1))
         run = load_trained_run(psmm)
-        expected = Evaluator(run.model).evaluate(run.corpus.ids["valid"], max_tokens=400)
+        expected = Evaluator(run.model, length=11).evaluate(run.corpus.ids["valid"], max_tokens=400)
         self.assertAllClose(printed, expected.perplexity, atol=0.006)
         metrics = json.loads((out / "metrics.json").read_text())
         self.assertAllClose(metrics["perplexity"], expected.perplexity, rtol=1e-6)
@@ -84,8 +84,8 @@ class MixedPrecisionTest(tf.test.TestCase):
         for new, old in zip(bf16.model.weights, as_trained.model.weights):
             self.assertAllEqual(new.numpy(), old.numpy())
         ids = as_trained.corpus.ids["valid"]
-        exact = Evaluator(as_trained.model).evaluate(ids, max_tokens=300).perplexity
-        rounded = Evaluator(bf16.model).evaluate(ids, max_tokens=300).perplexity
+        exact = Evaluator(as_trained.model, length=11).evaluate(ids, max_tokens=300).perplexity
+        rounded = Evaluator(bf16.model, length=11).evaluate(ids, max_tokens=300).perplexity
         self.assertNotEqual(rounded, exact)
         self.assertAllClose(rounded, exact, rtol=0.02)
         self.assertIs(load_trained_run(psmm, mixed_precision="float32").model.__class__,
@@ -95,7 +95,7 @@ class MixedPrecisionTest(tf.test.TestCase):
                                             mixed_precision="mixed_bfloat16")
         metrics = json.loads((out / "metrics.json").read_text())
         self.assertEqual(metrics["mixed_precision"], "mixed_bfloat16")
-        # (another evaluation length than the Evaluator's default: bfloat16 rounds otherwise)
+        # (another evaluation length than the Evaluator's above: bfloat16 rounds otherwise)
         self.assertAllClose(metrics["perplexity"], rounded, rtol=1e-3)
         self.assertIn(f"{metrics['perplexity']:.2f}", "\n".join(lines))
         self.assertEqual(snapshot(psmm), before)
