@@ -3,10 +3,10 @@
 `load(cache_dir, compiler)` returns the loaded op library or raises `Unavailable` with a
 message naming what is missing (the compiler, TensorFlow's headers, a writable cache folder) or
 which file was refused. The library is built against the installed TensorFlow with `compiler`
-(one compiler process per source, all at once, then the link) into `cache_dir`, under a file
+(one compiler process for `UNIT`, which includes every source) into `cache_dir`, under a file
 lock (two processes with an empty cache build once), under a name whose key covers the sources,
 this loader, TensorFlow's version, the CPU, the compiler's path and `--version` and the full
-command lines; the first build is logged with its time, and after it the package's other builds
+command line; the first build is logged with its time, and after it the package's other builds
 in the folder are removed. A sidecar `.sha256` is written after the build and checked before
 every load (a cut or changed library is rebuilt, with one line naming it), and a loaded library
 must hold every op of `EXPECTED_OPS` (else it is removed and refused, naming it). Only
@@ -32,6 +32,8 @@ SOURCES = tuple(HERE / name for name in ("zoneout_cell.cc", "zoneout_keep.cc",
                                          "recurrent_product.cc", "target_log_softmax.cc",
                                          "sgd_update.cc"))
 HEADERS = (HERE / "kernel_util.h",)
+# The one translation unit compiled: it includes SOURCES (TensorFlow's headers parsed once).
+UNIT = HERE / "kernels.cc"
 # The Python names of the ops the library registers (`REGISTER_OP` in SOURCES).
 EXPECTED_OPS = ("psmm_zoneout_cell", "psmm_zoneout_cell_grad", "psmm_zoneout_keep",
                 "psmm_pack_kernel", "psmm_packed_product", "psmm_target_log_softmax",
@@ -95,24 +97,18 @@ def compiler_version(compiler):
     return (result.stdout or result.stderr).strip()[:2000]
 
 
-def build_commands(tf, compiler, output):
-    """The command lines that build SOURCES into the library `output` (a path): one object
-    file per source beside it (`compiles`, run at once), then `link`."""
-    output = pathlib.Path(output)
-    objects = [output.with_name(f"{source.stem}.o") for source in SOURCES]
-    compiles = [[compiler, *CXX_FLAGS, "-c", str(source), "-o", str(obj),
-                 *tf.sysconfig.get_compile_flags()] for source, obj in zip(SOURCES, objects)]
-    link = [compiler, "-shared", *map(str, objects), "-o", str(output),
-            *tf.sysconfig.get_link_flags()]
-    return compiles, link
+def build_command(tf, compiler, output):
+    """The command line that builds `UNIT` (so SOURCES) into the library `output` (a path)."""
+    return [compiler, *CXX_FLAGS, "-shared", str(UNIT), "-o", str(output),
+            *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
 def cache_key(tf, compiler, version):
     """The hex key of a build: sources, headers, this loader, TensorFlow, CPU, compiler and
-    its version, and the command lines (with a fixed output name)."""
-    parts = [path.read_text() for path in (*SOURCES, *HEADERS, pathlib.Path(__file__))]
+    its version, and the command line (with a fixed output name)."""
+    parts = [path.read_text() for path in (UNIT, *SOURCES, *HEADERS, pathlib.Path(__file__))]
     parts += [tf.__version__, _cpu_signature(), compiler, version,
-              repr(build_commands(tf, compiler, "OUT"))]
+              repr(build_command(tf, compiler, "OUT"))]
     return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()
 
 
@@ -165,35 +161,27 @@ def _locked(cache):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _run_compilers(commands, timeout, started):
-    """Runs `commands` at once, each in its own process group, and waits for all of them:
-    every one still running is killed `timeout` seconds after the monotonic time `started`.
-    Raises `Unavailable` on a timeout or on the first failure (the others are killed)."""
-    processes = []
+def _run_compiler(command, timeout):
+    """Runs `command` in its own process group; kills it after `timeout` seconds. Raises
+    `Unavailable` on a timeout or a failure."""
     try:
-        for command in commands:
-            try:
-                processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
-                                                  stderr=subprocess.PIPE, text=True,
-                                                  start_new_session=True))
-            except OSError as error:
-                raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} (compiler, "
-                                  f"psmm-train's $CXX) cannot be run: {error}") from None
-        for command, process in zip(commands, processes):
-            try:
-                _, stderr = process.communicate(
-                    timeout=max(started + timeout - time.monotonic(), 0))
-            except subprocess.TimeoutExpired:
-                raise Unavailable(f"building the native kernels with {command[0]!r} took over "
-                                  f"{timeout} s; stopped") from None
-            if process.returncode != 0:
-                raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} failed "
-                                  f"(exit {process.returncode}):\n{stderr[-2000:]}")
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+    except OSError as error:
+        raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} (compiler, "
+                          f"psmm-train's $CXX) cannot be run: {error}") from None
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"building the native kernels with {command[0]!r} took over "
+                          f"{timeout} s; stopped") from None
     finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    if process.returncode != 0:
+        raise Unavailable(f"the native kernels' C++ compiler {command[0]!r} failed "
+                          f"(exit {process.returncode}):\n{stderr[-2000:]}")
 
 
 def _build(tf, compiler, target, timeout):
@@ -207,9 +195,7 @@ def _build(tf, compiler, target, timeout):
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f"{PREFIX}tmp-") as scratch:
         output = pathlib.Path(scratch) / target.name
-        compiles, link = build_commands(tf, compiler, output)
-        _run_compilers(compiles, timeout, start)
-        _run_compilers([link], timeout, start)
+        _run_compiler(build_command(tf, compiler, output), timeout)
         if not output.is_file() or output.stat().st_size == 0:
             raise Unavailable(f"the native kernels' C++ compiler {compiler!r} (compiler, "
                               f"psmm-train's $CXX) exited 0 but wrote no library")

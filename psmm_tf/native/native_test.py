@@ -9,6 +9,7 @@ One case loads the real library, cut in its cache, in a fresh process (it needs 
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import stat
 import subprocess
@@ -33,7 +34,7 @@ if args == ["--version"]:
     sys.exit(0)
 here = pathlib.Path(__file__).parent
 with open(here / "calls", "a") as calls:
-    calls.write("build\\n" if "-shared" in args else "compile\\n")
+    calls.write("build\\n")
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 out = pathlib.Path(args[args.index("-o") + 1])
 out.write_bytes(pathlib.Path(os.environ.get("FAKE_SOURCE", here / "library")).read_bytes())
@@ -140,12 +141,11 @@ class LoaderTest(unittest.TestCase):
         (second,) = self.cache.glob("psmm_tf_kernels-*.so")
         self.assertNotEqual(first, second)
 
-    def test_the_sources_compile_at_once_then_link(self):
-        with mock.patch.dict(os.environ, {"FAKE_SLEEP": "2"}):
-            self.load()
-        compiles = ["compile"] * len(build.SOURCES)
-        self.assertEqual(self.calls.read_text().split(),
-                         compiles + ["done"] * len(compiles) + ["build", "done"])
+    def test_the_library_is_one_compiler_process_over_the_unit_of_every_source(self):
+        self.load()
+        self.assertEqual(self.calls.read_text().split(), ["build", "done"])
+        included = re.findall(r'^#include "(.*)"$', build.UNIT.read_text(), re.MULTILINE)
+        self.assertEqual(included, [source.name for source in build.SOURCES])
 
     def test_two_builders_with_an_empty_cache_build_once(self):
         errors = []
