@@ -1,12 +1,10 @@
 """pytest: the native kernels of every test process build into the tests' own cache folder
-(`psmm_tf.testing.NATIVE_TEST_CACHE`), never into a user's ~/.cache/psmm_tf; the run's first
-process starts that build in the background (`psmm_tf.testing.start_native_build`), so no test
-waits for all of it. The processes of one run (pytest-xdist's workers) share one temporary
-folder (`psmm_tf.testing.SHARED_RUN_DIR`) for what the tests make once, removed by the run's
-first process at its end. On Keras' JAX backend each process also takes
-`psmm_tf.testing.jax_test_settings()` (JAX's persistent compilation cache in that folder,
-XLA's optimisation passes off), as the tests' JAX children do (docs/design_notes.md, "How the
-tests stay cheap")."""
+(`psmm_tf.testing.NATIVE_TEST_CACHE`), never into a user's ~/.cache/psmm_tf; the processes of
+one run (pytest-xdist's workers) share one temporary folder (`psmm_tf.testing.SHARED_RUN_DIR`)
+for what the tests make once, removed by the run's first process at its end. On Keras' JAX
+backend each process also takes `psmm_tf.testing.jax_test_settings()` (JAX's persistent
+compilation cache in that folder, XLA's optimisation passes off), as the tests' JAX children do
+(docs/design_notes.md, "How the tests stay cheap")."""
 
 import os
 import shutil
@@ -27,8 +25,6 @@ def pytest_configure(config):
     if SHARED_RUN_DIR_VARIABLE not in os.environ:
         os.environ[SHARED_RUN_DIR_VARIABLE] = tempfile.mkdtemp(prefix="psmm-tests-")
         _made_here.append(os.environ[SHARED_RUN_DIR_VARIABLE])
-        if keras.backend.backend() == "tensorflow":
-            testing.start_native_build()
     testing.SHARED_RUN_DIR = os.environ[SHARED_RUN_DIR_VARIABLE]
     if keras.backend.backend() == "jax":
         import jax

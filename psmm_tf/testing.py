@@ -287,21 +287,6 @@ def has_cxx_compiler():
     return shutil.which(native.settings().compiler) is not None
 
 
-def start_native_build():
-    """Starts building the native kernels into `NATIVE_TEST_CACHE` in a child process, left to
-    finish on its own (None where no C++ compiler is on the path): a test that needs the library
-    then waits on the loader's file lock for what is left of the build, not for all of it, and
-    the test processes run other tests meanwhile."""
-    if not has_cxx_compiler():
-        return None
-    script = ("import sys\n"
-              "from psmm_tf import native, testing\n"
-              "testing.use_native_test_cache()\n"
-              "sys.exit(native.library() is None)\n")
-    return subprocess.Popen([sys.executable, "-c", script], env=child_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def native_library(test):
     """psmm_tf's native kernels' library for `test`: the test is skipped where no C++ compiler
     is on the path, and fails where the kernels do not build."""

@@ -1,7 +1,7 @@
 """The test helpers: `made_once` makes a folder once for every process of a test run and makes
 again one that a killed process left incomplete; a program child from the fork server exits and
 prints as the program in a new interpreter does; a child on the JAX backend takes the tests'
-JAX settings; the background build leaves the native kernels in the tests' cache."""
+JAX settings."""
 
 import json
 import os
@@ -121,18 +121,6 @@ class ChildEnvTest(TemporaryRootTestCase):
         with mock.patch.object(testing, "SHARED_RUN_DIR", str(self.root)):
             self.assertEqual(json.loads(out.strip().splitlines()[-1]),
                              testing.jax_test_settings())
-
-
-class StartNativeBuildTest(unittest.TestCase):
-    def test_the_background_build_leaves_the_library_in_the_tests_cache(self):
-        from psmm_tf.native import build
-
-        child = testing.start_native_build()
-        if child is None:
-            self.skipTest("no C++ compiler: the native kernels are not built")
-        self.assertEqual(child.wait(timeout=build.BUILD_TIMEOUT_S), 0)  # 1: no library
-        self.assertTrue([path for path in testing.NATIVE_TEST_CACHE.glob(f"{build.PREFIX}*.so")
-                         if build._intact(path)])
 
 
 if __name__ == "__main__":
