@@ -82,8 +82,7 @@ class WheelTest(unittest.TestCase):
             self.assertIn(module, self.names)
         # Data files read at run time: the serving examples, the corpora's checksums and the
         # native kernels' sources.
-        sources = [f"psmm_tf/native/{path.name}"
-                   for path in (native_build.UNIT, *native_build.SOURCES, *native_build.HEADERS)]
+        sources = [f"psmm_tf/native/{path.name}" for path in native_build.BUILD_FILES]
         self.assertIn("psmm_tf/native/target_log_softmax.cc", sources)
         for data in ["psmm_tf/export/models.config", "psmm_tf/data/checksums.tsv"] + sources:
             self.assertIn(data, self.names)

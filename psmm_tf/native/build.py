@@ -34,6 +34,8 @@ SOURCES = tuple(HERE / name for name in ("zoneout_cell.cc", "zoneout_keep.cc",
 HEADERS = (HERE / "kernel_util.h",)
 # The one translation unit compiled: it includes SOURCES (TensorFlow's headers parsed once).
 UNIT = HERE / "kernels.cc"
+# Every file of the package a build reads (the cache key's; the wheel ships them).
+BUILD_FILES = (UNIT, *SOURCES, *HEADERS)
 # The Python names of the ops the library registers (`REGISTER_OP` in SOURCES).
 EXPECTED_OPS = ("psmm_zoneout_cell", "psmm_zoneout_cell_grad", "psmm_zoneout_keep",
                 "psmm_pack_kernel", "psmm_packed_product", "psmm_target_log_softmax",
@@ -106,7 +108,7 @@ def build_command(tf, compiler, output):
 def cache_key(tf, compiler, version):
     """The hex key of a build: sources, headers, this loader, TensorFlow, CPU, compiler and
     its version, and the command line (with a fixed output name)."""
-    parts = [path.read_text() for path in (UNIT, *SOURCES, *HEADERS, pathlib.Path(__file__))]
+    parts = [path.read_text() for path in (*BUILD_FILES, pathlib.Path(__file__))]
     parts += [tf.__version__, _cpu_signature(), compiler, version,
               repr(build_command(tf, compiler, "OUT"))]
     return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()
@@ -185,7 +187,7 @@ def _run_compiler(command, timeout):
 
 
 def _build(tf, compiler, target, timeout):
-    """Builds SOURCES into `target` (whole or not at all) and its sidecar sha256; then
+    """Builds UNIT (so SOURCES) into `target` (whole or not at all) and its sidecar sha256; then
     removes the package's other builds in the folder."""
     header = pathlib.Path(tf.sysconfig.get_include()) / "tensorflow/core/framework/op_kernel.h"
     if not header.exists():
