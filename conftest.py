@@ -22,6 +22,7 @@ def pytest_configure(config):
     from psmm_tf import testing
 
     testing.use_native_test_cache()
+    testing.use_xla_test_flags()
     if SHARED_RUN_DIR_VARIABLE not in os.environ:
         os.environ[SHARED_RUN_DIR_VARIABLE] = tempfile.mkdtemp(prefix="psmm-tests-")
         _made_here.append(os.environ[SHARED_RUN_DIR_VARIABLE])

@@ -54,6 +54,22 @@ def jax_test_settings():
     return settings
 
 
+# XLA's flags in the tests' processes and their children: its LLVM optimisation passes off, as
+# JAX's `jax_disable_most_optimizations` (`jax_test_settings`) has them. The `jit_compile`
+# tests' programs are tiny, so compiling them is most of their time; the numbers they compare
+# are those of the same graph.
+XLA_TEST_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+
+
+def use_xla_test_flags():
+    """Adds `XLA_TEST_FLAGS` to $XLA_FLAGS (this process, which XLA reads at its first compile,
+    and every child it starts) where $XLA_FLAGS does not set them already."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    names = {flag.split("=")[0] for flag in flags}
+    flags += [flag for flag in XLA_TEST_FLAGS if flag.split("=")[0] not in names]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
 def use_native_test_cache():
     """Points `psmm_tf.native` (this process) and psmm-train children ($PSMM_TF_CACHE) at
     `NATIVE_TEST_CACHE`."""
