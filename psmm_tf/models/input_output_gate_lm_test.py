@@ -63,7 +63,8 @@ class InputOutputGateLMTest(testing.TestCase):
                             map(tf.convert_to_tensor, grads)))
 
     # The .keras file read back in a fresh process, on either backend: language_model_test.py's
-    # test_keras_file_round_trip_in_a_fresh_process (one child for every model's file).
+    # test_keras_files_load_here_and_in_a_fresh_process_on_the_other_backend (one child for
+    # every model's file).
 
 
 if __name__ == "__main__":

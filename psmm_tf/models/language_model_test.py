@@ -1,6 +1,8 @@
 """Tests of the language models: exact windowing, streaming, save/load, parameter counts."""
 
 
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -203,11 +205,13 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
             # The embedding's gradient may be IndexedSlices on one path and dense on the other.
             self.assertAllClose(tf.convert_to_tensor(a), tf.convert_to_tensor(b), atol=1e-5)
 
-    @parameterized.named_parameters(("tensorflow", "tensorflow"), ("jax", "jax"))
-    def test_keras_file_round_trip_in_a_fresh_process(self, backend):
-        # The child imports only psmm_tf, loads with safe_mode on, on either backend; one child
-        # loads every kind's file, an input-to-output gate's (its base a PointerSentinelLM) and
-        # a CNN softmax's (its spelling table kept) among them.
+    def test_keras_files_load_here_and_in_a_fresh_process_on_the_other_backend(self):
+        # Every file is read back with safe_mode on twice: in this process, on the backend that
+        # wrote it, and in a fresh one on the other backend that imports only psmm_tf (the
+        # classes register themselves on import); CI runs it on both, so each backend reads
+        # the other's files in a fresh process. Among the files: every kind's, an
+        # input-to-output gate's (its base a PointerSentinelLM), a CNN softmax's (its spelling
+        # table kept).
         models = {name: tiny_model(cls) for name, cls in BOTH}
         models["input_output_gate"] = InputOutputGateLM(tiny_model(PointerSentinelLM),
                                                         embedding_dim=4, seed=1)
@@ -217,23 +221,31 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         models["cnn_softmax"].set_vocabulary(["<unk>", "<eos>"] + [f"w{i}" for i in range(21)])
         text = self._text()
         classes = {name: type(model).__name__ for name, model in models.items()}
-        scores = testing.scores_after_keras_round_trip(
-            models, text, self.get_temp_dir(), backend=backend, check=f"""
+        other = "jax" if keras.backend.backend() == "tensorflow" else "tensorflow"
+        directory = self.get_temp_dir()
+        fresh = testing.scores_after_keras_round_trip(
+            models, text, directory, backend=other, check=f"""
                 assert type(model).__name__ == {classes!r}[name], name
                 if name == "input_output_gate":
                     assert type(model.base_model).__name__ == "PointerSentinelLM"
                 if name == "cnn_softmax":
                     assert model.vocab_head.characters.numpy()[2, 1] == 3 + ord("w")
                 """)
-        self.assertEqual(sorted(scores), sorted(models))
-        # The wrappers' files read back on the backend that wrote them to 1e-6 (to 1e-5 on the
-        # other one, as the kinds' files).
-        same_backend = backend == keras.backend.backend()
+        self.assertEqual(sorted(fresh), sorted(models))
         for name, model in models.items():
-            expected = model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"]
-            atol = 1e-6 if same_backend and name in ("input_output_gate", "cnn_softmax") else 1e-5
-            self.assertAllClose(scores[name], ops.convert_to_numpy(expected), atol=atol,
-                                msg=name)
+            expected = ops.convert_to_numpy(
+                model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
+            # The files written by scores_after_keras_round_trip, read here.
+            loaded = keras.saving.load_model(os.path.join(directory, f"{name}.keras"))
+            self.assertIs(type(loaded), type(model))
+            if name == "input_output_gate":
+                self.assertIs(type(loaded.base_model), PointerSentinelLM)
+            if name == "cnn_softmax":
+                self.assertAllEqual(ops.convert_to_numpy(loaded.vocab_head.characters),
+                                    ops.convert_to_numpy(model.vocab_head.characters))
+            here = loaded.score_with_state(text[:, :-1], text[:, 1:])["log_probs"]
+            self.assertAllClose(ops.convert_to_numpy(here), expected, atol=1e-6, msg=name)
+            self.assertAllClose(fresh[name], expected, atol=1e-5, msg=f"{name} on {other}")
 
     def test_initial_gate_reaches_the_pointer_and_survives_get_config(self):
         model = build_model(configs.ModelConfig(vocab_size=VOCAB, embedding_dim=6, hidden_dim=8,

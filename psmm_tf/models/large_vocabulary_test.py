@@ -54,7 +54,8 @@ class LargeVocabularyTest(testing.TestCase, parameterized.TestCase):
         self.assertTrue(all(g is not None for g in grads))
 
     # The CNN softmax's .keras file, spelling kept, read back in a fresh process on either
-    # backend: language_model_test.py's test_keras_file_round_trip_in_a_fresh_process.
+    # backend: language_model_test.py's
+    # test_keras_files_load_here_and_in_a_fresh_process_on_the_other_backend.
 
     @parameterized.parameters("full", "sampled", "cnn")
     def test_parameter_count(self, softmax):
