@@ -10,31 +10,29 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
+import time
 import unittest
 from pathlib import Path
 from unittest import mock
 
 from psmm_tf import testing
 
-# Two processes ask at once for the same folder; each `make` appends to calls.txt and sleeps,
-# so a second `make` in either process would be seen.
-ASK = textwrap.dedent("""
-    import sys, time
-    from pathlib import Path
-    from psmm_tf import testing
-    testing.SHARED_RUN_DIR = sys.argv[1]
-    calls = Path(sys.argv[1]) / "calls.txt"
+
+def _ask(root):
+    """In a child of the fork server: asks for the folder "thing" under `root`; each `make`
+    appends to calls.txt and sleeps, so a second `make` in either of two askers would be seen."""
+    testing.SHARED_RUN_DIR = root
+    calls = Path(root) / "calls.txt"
 
     def make(path):
         with open(calls, "a") as f:
-            f.write("make\\n")
+            f.write("make\n")
         time.sleep(2)
         path.mkdir()
         (path / "made").write_text("yes")
 
-    print((testing.made_once("thing", make) / "made").read_text())
-    """)
+    if (testing.made_once("thing", make) / "made").read_text() != "yes":
+        sys.exit(3)
 
 
 class TemporaryRootTestCase(unittest.TestCase):
@@ -45,13 +43,15 @@ class TemporaryRootTestCase(unittest.TestCase):
 
 class MadeOnceTest(TemporaryRootTestCase):
     def test_two_processes_asking_at_once_make_it_once(self):
-        askers = [subprocess.Popen([sys.executable, "-c", ASK, str(self.root)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=testing.child_env())
+        # Two processes of the fork server the programs' children start from (psmm_tf and
+        # its testing module imported once): separate processes, as pytest-xdist's workers are.
+        askers = [testing._program_context().Process(target=_ask, args=(str(self.root),))
                   for _ in range(2)]
         for asker in askers:
-            stdout, stderr = asker.communicate(timeout=300)
-            self.assertEqual((asker.returncode, stdout.strip()), (0, "yes"), stderr[-2000:])
+            asker.start()
+        for asker in askers:
+            asker.join(300)
+            self.assertEqual(asker.exitcode, 0)
         self.assertEqual((self.root / "calls.txt").read_text(), "make\n")
 
     def test_a_folder_left_incomplete_is_made_again(self):
