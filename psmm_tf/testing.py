@@ -613,7 +613,9 @@ def scores_after_keras_round_trip(model, text, directory, check="", backend=None
             and its `name` are bound).
 
     Returns:
-        The child's `score()` log-probabilities, `(B, N)` (a dict of them for a dict).
+        The child's `score()` log-probabilities, `(B, N)` (a dict of them for a dict). The
+        files stay in `directory` as `<name>.keras` (`model.keras` for a single model), for
+        the caller to read back too.
     """
     models = model if isinstance(model, dict) else {"model": model}
     for name, each in models.items():

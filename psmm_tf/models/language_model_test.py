@@ -235,7 +235,7 @@ class LanguageModelTest(testing.TestCase, parameterized.TestCase):
         for name, model in models.items():
             expected = ops.convert_to_numpy(
                 model.score_with_state(text[:, :-1], text[:, 1:])["log_probs"])
-            # The files written by scores_after_keras_round_trip, read here.
+            # The file scores_after_keras_round_trip wrote (`<name>.keras`), read here.
             loaded = keras.saving.load_model(os.path.join(directory, f"{name}.keras"))
             self.assertIs(type(loaded), type(model))
             if name == "input_output_gate":
