@@ -4,6 +4,7 @@ import json
 import math
 import os
 import shutil
+import time
 import unittest
 from unittest import mock
 
@@ -156,12 +157,50 @@ class SyntheticRunTest(tf.test.TestCase):
                  for line in open(workdir + "/steps.jsonl").read().splitlines()]
         self.assertAllClose(rates, [k / 8 for k in range(1, 9)] + [1.0] * 4)
 
+    def test_a_resumed_epoch_counts_the_seconds_before_its_checkpoint(self):
+        # Five slow steps (over a second each), then the run stops at step 7, after ckpt-5 (a
+        # kill): the resumed epoch's training seconds are the whole epoch's, not only the
+        # resume's.
+        workdir = self.get_temp_dir() + "/seconds_resumed"
+        config = tiny_config(max_eval_tokens=40)  # 12 steps, a checkpoint every 5
+        step_call, calls = TrainStep.__call__, []
+
+        class Killed(Exception):
+            pass
+
+        def slow_then_killed(train_step, *args, **kwargs):
+            calls.append(None)
+            if len(calls) == 7:
+                raise Killed()
+            if len(calls) <= 5:
+                time.sleep(1.0)
+            return step_call(train_step, *args, **kwargs)
+
+        with mock.patch.object(TrainStep, "__call__", slow_then_killed):
+            with self.assertRaises(Killed):
+                train_lib.run(config, workdir, verbose=0)
+        latest = checkpoints.checkpoint_paths(workdir + "/checkpoints")[0]
+        self.assertEndsWith(latest, "ckpt-5")
+        before = checkpointing.read_epoch_seconds(latest)
+        self.assertGreaterEqual(before, 5.0)
+
+        start = time.perf_counter()
+        train_lib.run(config, workdir, verbose=0, finish=False)
+        resume_seconds = time.perf_counter() - start
+        (record,) = reporting.read_history(workdir)
+        self.assertBetween(record["train_seconds"], before, before + resume_seconds)
+        # The checkpoint at the epoch's end starts the next epoch at zero seconds.
+        latest = checkpoints.checkpoint_paths(workdir + "/checkpoints")[0]
+        self.assertEndsWith(latest, "ckpt-12")
+        self.assertEqual(checkpointing.read_epoch_seconds(latest), 0.0)
+
     def test_a_checkpoint_without_the_vocabulary_key_resumes(self):
-        # Checkpoints written before 0.4 hold no `vocabulary` hash: resuming them must work.
+        # 0.1.0's checkpoints hold no `vocabulary` hash and no `epoch_seconds` (0.2.0's none of
+        # the latter): resuming them must work.
         workdir = self.get_temp_dir() + "/before_vocabulary_key"
         original = checkpointing.make_checkpoint
 
-        def without_vocabulary(*args, vocabulary_sha256=None):
+        def without_vocabulary(*args, vocabulary_sha256=None, epoch_seconds=None):
             return original(*args)
 
         config = tiny_config(steps_per_epoch=4, max_eval_tokens=40)
@@ -169,10 +208,12 @@ class SyntheticRunTest(tf.test.TestCase):
             train_lib.run(config, workdir, verbose=0)
         reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(workdir + "/checkpoints"))
         self.assertFalse(reader.has_tensor(checkpoints.VOCABULARY_KEY))
+        self.assertFalse(reader.has_tensor(checkpointing.EPOCH_SECONDS_KEY))
         results = train_lib.run(config.replace(train={"max_epochs": 2}), workdir, verbose=0)
         self.assertEqual(results["global_step"], 8)
         reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(workdir + "/checkpoints"))
         self.assertTrue(reader.has_tensor(checkpoints.VOCABULARY_KEY))
+        self.assertTrue(reader.has_tensor(checkpointing.EPOCH_SECONDS_KEY))
 
     def test_xla_matches_eager_steps(self):
         losses = {}

@@ -39,7 +39,6 @@ results["test"]["open_perplexity"], results["test"]["oov"]["open_perplexity"]
 import dataclasses
 import json
 import math
-import time
 from pathlib import Path
 
 import keras
@@ -389,7 +388,8 @@ def run(config, workdir, verbose=1):
 
     Returns:
         dict: `epochs`, `best_epoch`, `valid` and `test` (`evaluate_char_output` of the best
-        epoch's model), `train_seconds`. Also written to `workdir/results.json`.
+        epoch's model), `train_seconds` (the epochs' training, summed over history.json's
+        records, without validation). Also written to `workdir/results.json`.
 
     Raises:
         RunLoadError: the base run cannot be loaded.
@@ -441,7 +441,6 @@ class _CharOutputRun:
         self.read = make_reader(self.model.base_model)
         self.reporter = reporting.Reporter(workdir, verbose=verbose)
         self.reporter.drop_steps_after(self.progress.get()[2])
-        self.start_time = time.time()
 
     def _restore(self, checkpoint):
         """Restores the latest checkpoint, if any; returns the finished epochs' records.
@@ -510,9 +509,10 @@ class _CharOutputRun:
         epoch, _, global_step = self.progress.get()
         lr = float(self.schedule.learning_rate.numpy())
         decision = self.schedule.update(valid["open_perplexity"])
-        train_perplexity = meter.summary()["perplexity"]
+        summary = meter.summary()
+        train_perplexity = summary["perplexity"]
         record = {"epoch": epoch + 1, "train_word_perplexity": train_perplexity,
-                  "learning_rate": lr, "valid": valid}
+                  "learning_rate": lr, "valid": valid, "train_seconds": summary["seconds"]}
         self.history.append(record)
         self.reporter.end_epoch(record, (
             f"char output epoch {epoch + 1}: train word perplexity {train_perplexity:.2f}, "
@@ -529,8 +529,11 @@ class _CharOutputRun:
         best = min(self.history, key=lambda r: r["valid"]["open_perplexity"])
         saved = read_model_file(self.workdir / run_files.MODEL_FILE, error=RunLoadError)
         self.model.char_output.set_weights(saved.char_output.get_weights())
+        # The epochs' training seconds, as a language model's run sums them (0.2.0's records
+        # have none).
+        train_seconds = sum(record.get("train_seconds", 0.0) for record in self.history)
         results = {"epochs": len(self.history), "best_epoch": best["epoch"],
-                   "valid": best["valid"], "train_seconds": time.time() - self.start_time}
+                   "valid": best["valid"], "train_seconds": train_seconds}
         if "test" in self.splits and self.same_valid_and_test:
             results["test"] = best["valid"]  # the same text (e.g. WikiText-2's test file as both)
         elif "test" in self.splits:

@@ -9,6 +9,9 @@ A checkpoint holds, under these keys:
     optimizer   the optimizer's slots, iteration count and learning rate
     schedule    `PlateauSchedule`: learning rate, best / previous perplexity, bad epochs
     progress    epoch, step within it (the next window to read), global step
+    epoch_seconds   the training seconds of that epoch up to the checkpoint (0 at an epoch's
+                end), so a resumed epoch reports an unbroken one's time (`read_epoch_seconds`;
+                0.2.0's checkpoints lack it: their resumed epoch counts from the resume)
     carry       the LSTM state and pointer memory carried into that next window, global rows
                 (not in a character-output run's, whose `model` is its output layer)
     vocabulary  the sha256 of the run's vocabulary tokens (`vocab.sha256`'s), so a checkpoint
@@ -115,16 +118,32 @@ def track_random_states(model):
     return model
 
 
-def make_checkpoint(model, optimizer, schedule, progress, carry=None, vocabulary_sha256=None):
+def make_checkpoint(model, optimizer, schedule, progress, carry=None, vocabulary_sha256=None,
+                    epoch_seconds=None):
     """The `tf.train.Checkpoint` of a run, with the keys listed in this module's docstring
     (`carry` when given: a character-output run carries nothing; `vocabulary` when
-    `vocabulary_sha256`, a hex string, is given)."""
+    `vocabulary_sha256`, a hex string, is given; `epoch_seconds`, a float64 `tf.Variable`,
+    when given: a run checkpointed at epoch ends only has none)."""
     track_random_states(model)
     extra = {} if carry is None else {"carry": carry}
+    if epoch_seconds is not None:
+        extra["epoch_seconds"] = epoch_seconds
     if vocabulary_sha256 is not None:
         extra["vocabulary"] = tf.Variable(vocabulary_sha256, trainable=False, dtype=tf.string)
     return tf.train.Checkpoint(model=model, optimizer=optimizer, schedule=schedule,
                                progress=progress, **extra)
+
+
+EPOCH_SECONDS_KEY = "epoch_seconds/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def read_epoch_seconds(path):
+    """The training seconds of the epoch that checkpoint `path` is in, up to it (0.0 at an
+    epoch's end, and for 0.2.0's checkpoints, which do not record them)."""
+    reader = tf.train.load_checkpoint(str(path))
+    if not reader.has_tensor(EPOCH_SECONDS_KEY):
+        return 0.0
+    return float(reader.get_tensor(EPOCH_SECONDS_KEY))
 
 
 def make_manager(checkpoint, directory, max_to_keep):

@@ -44,10 +44,18 @@ TENSORBOARD_TAGS = {
 
 
 class EpochMeter:
-    """Running sums of one epoch's step metrics (see `TrainStep`), and its token rate."""
+    """Running sums of one epoch's step metrics (see `TrainStep`), its training seconds and
+    token rate.
 
-    def __init__(self):
+    Args:
+        seconds_before: float. The epoch's training seconds before this meter (a resumed
+            epoch's up to its checkpoint), so its seconds and token rate are an unbroken
+            epoch's.
+    """
+
+    def __init__(self, seconds_before=0.0):
         self.sums = {"loss": 0.0, "nll": 0.0, "pointer_loss": 0.0, "gate": 0.0, "weight": 0.0}
+        self.seconds_before = float(seconds_before)
         self.start = time.perf_counter()
         self.steps = 0
 
@@ -57,9 +65,10 @@ class EpochMeter:
         self.steps += 1
 
     def summary(self):
-        """Perplexity of the mixture, mean gate, pointer-loss share, tokens/s so far."""
+        """Perplexity of the mixture, mean gate, pointer-loss share, training seconds and
+        tokens/s of the epoch so far."""
         weight = max(self.sums["weight"], 1.0)
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        elapsed = max(self.seconds_before + time.perf_counter() - self.start, 1e-9)
         loss = self.sums["loss"]
         return {
             "perplexity": math.exp(min(self.sums["nll"] / weight, 700.0)),

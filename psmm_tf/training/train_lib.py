@@ -77,10 +77,12 @@ class _Run:
             pointer_weight=train.pointer_loss_weight,
             char_cnn_clip_norm=train.char_cnn_clip_norm, native=train.native)
         self.progress = checkpointing.Progress()
+        self.epoch_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False,
+                                         name="epoch_seconds")
         self.carry = checkpointing.Carry(*self.train_step.zero_carry())
         self.checkpoint = checkpointing.make_checkpoint(
             self.model, self.optimizer, self.schedule, self.progress, self.carry,
-            vocabulary_sha256=corpus.vocabulary.sha256())
+            vocabulary_sha256=corpus.vocabulary.sha256(), epoch_seconds=self.epoch_seconds)
         directory = workdir / run_files.CHECKPOINT_DIR
         if not self.chief:  # every worker saves (collectives); only the chief's files stay
             directory = (run_files.worker_dir(workdir, distribution.worker_name(strategy))
@@ -116,8 +118,8 @@ class _Run:
 
     def restore(self):
         """Restores the latest checkpoint of the chief's directory, if any."""
-        # Every object but the vocabulary's hash, which 0.1.0's checkpoints lack: it is
-        # checked on its own.
+        # Every object but the vocabulary's hash, which 0.1.0's checkpoints lack, and the
+        # epoch's seconds, which 0.2.0's lack: each is read on its own.
         path = checkpointing.restore_latest(
             checkpointing.make_checkpoint(self.model, self.optimizer, self.schedule,
                                           self.progress, self.carry),
@@ -125,6 +127,7 @@ class _Run:
         if path is not None:
             checkpoints.check_checkpoint_vocabulary(
                 path, self.corpus.vocabulary.sha256(), run_setup.RunRefusedError)
+            self.epoch_seconds.assign(checkpointing.read_epoch_seconds(path))
             run_setup.finished_history(self.workdir, int(self.schedule.epochs_done.numpy()),
                                        path)
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
@@ -140,11 +143,13 @@ class _Run:
                                     train.num_predicted, shuffled=True)
         return min(available, train.steps_per_epoch or available)
 
-    def save(self, epoch, step, global_step, state, memory):
-        """Checkpoints the run at (epoch, next step) with the carried state and memory."""
+    def save(self, epoch, step, global_step, state, memory, seconds):
+        """Checkpoints the run at (epoch, next step) with the carried state and memory, and the
+        epoch's training `seconds` so far."""
         global_state, global_memory = self.train_step.gather(state, memory)
         self.carry.assign(global_state, global_memory)
         self.progress.set(epoch, step, global_step)
+        self.epoch_seconds.assign(seconds)
         self.manager.save(checkpoint_number=global_step)
 
     def train_epoch(self):
@@ -157,7 +162,8 @@ class _Run:
             self.progress.epoch_sums.assign(tf.zeros([5], tf.float64))
         else:
             state, memory = self.train_step.distribute(*self.carry.read())
-        meter = reporting.EpochMeter()
+        # A resumed epoch goes on from its checkpoint's sums and seconds (zero at step 0).
+        meter = reporting.EpochMeter(seconds_before=self.epoch_seconds.numpy() if step else 0.0)
         for key, value in zip(meter.sums, self.progress.epoch_sums.numpy(), strict=True):
             meter.sums[key] = float(value)
         lr = float(self.schedule.learning_rate.numpy())
@@ -188,7 +194,7 @@ class _Run:
             self.reporter.step(epoch, step, global_step + 1, metrics, meter, step_lr)
             step, global_step = step + 1, global_step + 1
             if global_step % train.checkpoint_every_steps == 0 and step < num_steps:
-                self.save(epoch, step, global_step, state, memory)
+                self.save(epoch, step, global_step, state, memory, meter.summary()["seconds"])
                 self.reporter.train_scalars(global_step, meter, lr)
         self.progress.set(epoch, step, global_step)
         return meter
@@ -215,6 +221,7 @@ class _Run:
         self.reporter.train_scalars(global_step, meter, lr)
         self.reporter.validation_scalars(global_step, valid.perplexity, valid.mean_gate)
         self.progress.set(epoch + 1, 0, global_step)
+        self.epoch_seconds.assign(0.0)
         self.manager.save(checkpoint_number=global_step)
 
     def finish(self):
