@@ -16,13 +16,21 @@ from absl import logging
 VOCABULARY_KEY = "vocabulary/.ATTRIBUTES/VARIABLE_VALUE"
 
 
+def read_checkpoint_value(path, key, default=None):
+    """The value checkpoint `path` stores under `key` (a NumPy scalar or array, bytes for a
+    string), or `default` when it stores none: a value an older checkpoint lacks."""
+    reader = tf.train.load_checkpoint(str(path))
+    if not reader.has_tensor(key):
+        return default
+    return reader.get_tensor(key)
+
+
 def check_checkpoint_vocabulary(path, vocabulary_sha256, error=ValueError):
     """Raises `error` when checkpoint `path` records another vocabulary than the one whose
     tokens hash to `vocabulary_sha256` (0.1.0's checkpoints record none)."""
-    reader = tf.train.load_checkpoint(str(path))
-    if not reader.has_tensor(VOCABULARY_KEY):
+    recorded = read_checkpoint_value(path, VOCABULARY_KEY)
+    if recorded is None:
         return
-    recorded = reader.get_tensor(VOCABULARY_KEY)
     recorded = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
     if recorded != vocabulary_sha256:
         raise error(f"Checkpoint {path} was trained with another vocabulary (sha256 "

@@ -29,7 +29,7 @@ truncated or corrupted file) is skipped by `restore_latest` for the one before i
 
 import tensorflow as tf
 
-from psmm_tf.checkpoints import checkpoint_paths, restore_first_readable
+from psmm_tf.checkpoints import checkpoint_paths, read_checkpoint_value, restore_first_readable
 
 
 class Progress(tf.Module):
@@ -140,10 +140,7 @@ EPOCH_SECONDS_KEY = "epoch_seconds/.ATTRIBUTES/VARIABLE_VALUE"
 def read_epoch_seconds(path):
     """The training seconds of the epoch that checkpoint `path` is in, up to it (0.0 at an
     epoch's end, and for 0.2.0's checkpoints, which do not record them)."""
-    reader = tf.train.load_checkpoint(str(path))
-    if not reader.has_tensor(EPOCH_SECONDS_KEY):
-        return 0.0
-    return float(reader.get_tensor(EPOCH_SECONDS_KEY))
+    return float(read_checkpoint_value(path, EPOCH_SECONDS_KEY, default=0.0))
 
 
 def make_manager(checkpoint, directory, max_to_keep):
