@@ -65,8 +65,8 @@ CONFIG_FLAGS = (
        "positive"),
     _F("synthetic_train_tokens", ("data.synthetic_train_tokens",),
        "Training tokens of the synthetic corpus.", "positive"),
-    _F("model", ("model.kind",), "psmm (pointer sentinel-LSTM), lstm (softmax-only baseline, "
-       "same backbone) or pointer_softmax (Gulcehre et al.'s switch instead of the sentinel)."),
+    # Its help lists the registered kinds (`model_kind_help`).
+    _F("model", ("model.kind",), "The model."),
     _F("embedding_dim", ("model.embedding_dim",), "Width of the word embedding.", "positive"),
     _F("input_embedding", ("model.input_embedding",), "Input word embedding: ids (a table) or "
        "chars (a character CNN of each word's spelling, Jozefowicz et al. 2016's CNN inputs)."),
@@ -183,6 +183,15 @@ def hyperparameter_flags():
     return tuple(found.values())
 
 
+def model_kind_help():
+    """--model's help: each registered kind with its class's one-line summary."""
+    kinds = []
+    for kind in registry.model_kinds():
+        summary = (registry.model_class(kind).__doc__ or "").strip().split("\n")[0].rstrip(".")
+        kinds.append(f"{kind}: {summary}" if summary else kind)
+    return "The model. " + "; ".join(kinds) + "."
+
+
 def all_flags():
     """`CONFIG_FLAGS` and the registered models' `hyperparameter_flags`."""
     return CONFIG_FLAGS + hyperparameter_flags()
@@ -244,7 +253,9 @@ def define_config_flags(flag_values, module_name):
     choices = {**_CHOICES, "model.kind": registry.model_kinds()}
     for spec in all_flags():
         path, kind = spec.fields[0], field_type(spec.fields[0])
-        if path in choices:
+        if path == "model.kind":
+            flags.DEFINE_enum(spec.name, None, list(choices[path]), model_kind_help(), **common)
+        elif path in choices:
             flags.DEFINE_enum(spec.name, None, list(choices[path]), spec.help, **common)
         elif kind is int:
             flags.DEFINE_integer(spec.name, None, spec.help, **common)

@@ -51,6 +51,11 @@ class ModelHyperparametersTest(testing.TestCase):
         flag_values = _flag_values(f"--model={_SharpLM.kind}", "--sharpness=3")
         self.assertIn("How sharp the test model is. (--model=hyperparameters_test_lm)",
                       flag_values["sharpness"].help)
+        # --model's help names every registered kind with its class's summary.
+        self.assertIn(f"{_SharpLM.kind}: {_SharpLM.__doc__.strip().splitlines()[0].rstrip('.')}",
+                      flag_values["model"].help)
+        self.assertIn("psmm: An LSTM language model whose softmax is mixed with a sentinel "
+                      "pointer", flag_values["model"].help)
         self.assertEqual(config_flags.preset_notes("tiny")["sharpness"],
                          "default from --preset=tiny: 1")
         config = _config(flag_values)
