@@ -70,7 +70,8 @@ class FailedStartTest(psmm_testing.TrainedRunTestCase):
         (empty / "valid.txt").write_text("a b c\n")
         for dataset, data_dir, message in [
             ("text", root / "missing", r"data_dir=.*missing\): Corpus directory not found"),
-            ("text", a_file, r"data_dir=.*corpus_is_a_file\)"),
+            ("text", a_file, r"data_dir=.*corpus_is_a_file\): .* is not a folder; expected the "
+                             r"folder of the corpus files"),
             ("ptb", text_layout, r"dataset='ptb', data_dir=.*text_layout\): .*ptb"),
             ("text", empty, r"Corpus file .*empty_train/train.txt is empty"),
         ]:

@@ -41,6 +41,23 @@ def _as_path(path):
     return path if hasattr(path, "open") and hasattr(path, "name") else Path(path)
 
 
+def check_corpus_directory(directory: PathLike) -> Path:
+    """`directory` as a Path, where it is a folder.
+
+    Raises:
+        FileNotFoundError: it does not exist, or is not a folder (naming it and what was
+            expected).
+    """
+    directory = _as_path(directory)
+    if not directory.exists():
+        raise FileNotFoundError(f"Corpus directory not found: {directory}; expected the folder "
+                                f"of the corpus files.")
+    if not directory.is_dir():
+        raise FileNotFoundError(f"Corpus directory {directory} is not a folder; expected the "
+                                f"folder of the corpus files.")
+    return directory
+
+
 def iter_lines(path: PathLike) -> Iterator[str]:
     """Yields the decoded lines of a text file, without their line ends.
 
@@ -246,11 +263,9 @@ def find_split_files(directory: PathLike, dataset: str) -> dict[str, Path]:
     Raises:
         ValueError: for an unknown dataset, or a split's name that is not a readable file (a
             folder, or a link that leads nowhere) where no other file of the split is.
-        FileNotFoundError: if `directory` does not exist or is not a directory.
+        FileNotFoundError: if `directory` does not exist or is not a folder.
     """
-    directory = _as_path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"Corpus directory not found: {directory}")
+    directory = check_corpus_directory(directory)
     found = {}
     for split in SPLITS:
         names = split_file_names(dataset, split)

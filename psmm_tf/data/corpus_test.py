@@ -93,8 +93,13 @@ class CorpusTest(testing.TestCase):
             FileNotFoundError, r"No ptb split files in .*ptb\.train\.txt, ptb\.train\.txt\.gz"
         ):
             corpus.load_splits(self.dir, "ptb")
-        with self.assertRaisesRegex(FileNotFoundError, r"Corpus directory not found: .*absent"):
+        with self.assertRaisesRegex(FileNotFoundError, r"Corpus directory not found: .*absent; "
+                                    r"expected the folder of the corpus files"):
             corpus.load_splits(self.dir / "absent", "ptb")
+        self._write("a_file", b"x\n")
+        with self.assertRaisesRegex(FileNotFoundError, r"Corpus directory .*a_file is not a "
+                                    r"folder; expected the folder of the corpus files"):
+            corpus.load_splits(self.dir / "a_file", "ptb")
 
     def test_unknown_dataset_and_split(self):
         with self.assertRaisesRegex(ValueError, r"Unknown dataset 'imdb'; expected one of"):

@@ -20,6 +20,7 @@ archive (`checksums.tsv`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -51,9 +52,7 @@ def source_files(dataset: str, data_dir) -> dict:
         FileNotFoundError: the folder is missing or holds none of the dataset's files.
     """
     builder_class = _builder_class(dataset)
-    directory = Path(data_dir)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"Corpus directory not found: {directory}")
+    directory = corpus.check_corpus_directory(data_dir)
     files = builder_class.find_files(directory)
     if not files:
         raise FileNotFoundError(
@@ -77,6 +76,29 @@ def check_readable(files: dict) -> None:
             raise ValueError(f"Corpus file {path} is empty; expected at least one line of text.")
 
 
+def check_tfds_data_dir(tfds_data_dir: Optional[str]) -> None:
+    """Refuses a `tfds_data_dir` that is not a folder, or that cannot hold a new dataset.
+
+    The nearest existing folder of the path must be writable: a missing folder is made by
+    TFDS when it prepares the first dataset there. None (TFDS's default) is not checked.
+
+    Raises:
+        NotADirectoryError: the path, or a part of it, is not a folder.
+        PermissionError: the folder (or its nearest existing parent) is not writable.
+    """
+    if tfds_data_dir is None:
+        return
+    expected = "expected a folder for the prepared TFDS datasets (made if missing)"
+    path = Path(tfds_data_dir).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise NotADirectoryError(f"tfds_data_dir={tfds_data_dir}: {existing} is not a folder; "
+                                 f"{expected}.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"tfds_data_dir={tfds_data_dir}: {existing} is not writable; "
+                              f"{expected}.")
+
+
 def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] = None):
     """The builder of `dataset`, prepared from `data_dir` (only the first time for these files).
 
@@ -92,6 +114,8 @@ def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] =
     Raises:
         ValueError, FileNotFoundError: as `source_files` and `check_readable`, before anything
             is written; FileNotFoundError also for a failed download.
+        NotADirectoryError, PermissionError: as `check_tfds_data_dir`, where the dataset is
+            not prepared yet (a prepared one is read from a read-only folder).
     """
     builder_class = _builder_class(dataset)
     if data_dir is None:
@@ -99,6 +123,7 @@ def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] =
             raise ValueError("dataset='text' needs data_dir: the folder of its files.")
         builder = builder_class(data_dir=tfds_data_dir)
         if not builder.is_prepared():
+            check_tfds_data_dir(tfds_data_dir)
             builder.download_and_prepare()
         return builder
     files = source_files(dataset, data_dir)
@@ -112,6 +137,7 @@ def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] =
         if builder.is_prepared() and _recorded_source(builder) == source:
             return builder
     check_readable(files)
+    check_tfds_data_dir(tfds_data_dir)
     try:
         builder.download_and_prepare(
             download_config=tfds.download.DownloadConfig(manual_dir=str(data_dir))

@@ -165,6 +165,30 @@ class TfdsCorpusTest(testing.TestCase):
         self.assertEqual(directory, self.data)
         self.assertEqual(sorted(tokens), ["valid"])
 
+    def test_a_tfds_data_dir_that_cannot_hold_a_dataset_is_refused_naming_it(self):
+        a_file = self.tfds_dir.parent / "a_file"
+        a_file.write_text("not a folder\n")
+        before = snapshot(self.data)
+        for tfds_data_dir in (a_file, a_file / "below"):
+            with self.subTest(tfds_data_dir=tfds_data_dir):
+                with self.assertRaisesRegex(NotADirectoryError, rf"tfds_data_dir={tfds_data_dir}: "
+                                            rf".*a_file is not a folder; expected a folder for "
+                                            rf"the prepared TFDS datasets"):
+                    tfds_corpus.load_splits("text", self.data, str(tfds_data_dir))
+        self.assertEqual(a_file.read_text(), "not a folder\n")
+        self.assertEqual(snapshot(self.data), before)
+        if os.geteuid() != 0:  # root writes into any folder
+            read_only = self.tfds_dir.parent / "read_only"
+            read_only.mkdir()
+            read_only.chmod(0o555)
+            self.addCleanup(read_only.chmod, 0o755)
+            with self.assertRaisesRegex(PermissionError, r"tfds_data_dir=.*read_only/tfds: "
+                                                         r".*read_only is not writable"):
+                tfds_corpus.load_splits("text", self.data, str(read_only / "tfds"))
+        # A missing folder below a writable one is made, as TFDS makes it.
+        self.assertIn("train", tfds_corpus.load_splits("text", self.data,
+                                                       str(self.tfds_dir / "new" / "deeper")))
+
     def test_text_without_data_dir(self):
         with self.assertRaisesRegex(ValueError, r"dataset='text' needs data_dir"):
             tfds_corpus.load_splits("text", None, str(self.tfds_dir))

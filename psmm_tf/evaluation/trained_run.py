@@ -80,7 +80,7 @@ def load_trained_run(workdir, data_dir=None, model_source="best", tfds_data_dir=
         corpus = corpus_setup.load_corpus(
             config.data, scratch_dir=workdir / run_files.SYNTHETIC_DATA_DIR,
             vocabulary=vocabulary, max_word_length=config.model.spelling_length)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as err:
+    except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as err:
         raise RunLoadError(f"Corpus of {workdir} (dataset={config.data.dataset!r}, data_dir="
                            f"{config.data.data_dir}): {err}") from None
     model, source = run_files.load_model(workdir, model_source, config, vocabulary,

@@ -123,7 +123,7 @@ def prepare_workdir(config, workdir, strategy, restart=False):
         corpus = corpus_setup.load_corpus(config.data, scratch_dir=scratch,
                                           vocabulary=vocabulary,
                                           max_word_length=config.model.spelling_length)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as err:
+    except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as err:
         raise RunRefusedError(f"Corpus (dataset={config.data.dataset!r}, data_dir="
                               f"{config.data.data_dir}): {err}") from None
     _check_corpus_fits(config, corpus)
