@@ -29,6 +29,10 @@ BAD_CACHE_FLAGS = [
      r"flag --cache_lambda=1.0: must be in [0, 1) (at 1 every word"),
     (["--cache_window=5", "--cache_grid", "--cache_lambdas=0.1,1"],
      "--cache_lambdas must be a comma-separated list of lambdas in [0, 1), got '0.1,1'"),
+    (["--cache_window=5", "--cache_theta=inf"],
+     "--cache_theta must be a finite number >= 0 (the flatness of the cache distribution"),
+    (["--cache_window=5", "--cache_grid", "--cache_thetas=0.1,inf"],
+     "--cache_thetas must be a finite number >= 0"),
     (["--cache_grid"], "--cache_grid given without --cache_window"),
     (["--cache_theta=0.3", "--cache_lambda=0.1"],
      "--cache_theta, --cache_lambda given without --cache_window"),
@@ -111,11 +115,16 @@ class RefusedCommandLineTest(tf.test.TestCase):
         super().setUpClass()
         cls.workdir = Path(tf.compat.v1.test.get_temp_dir()) / "no_run"
         cls.workdir.mkdir(exist_ok=True)
-        command_lines = [[], ["--split=dev"], *[args for args, _ in BAD_CACHE_FLAGS]]
+        # A run folder whose config.json is a folder.
+        cls.misplaced = Path(tf.compat.v1.test.get_temp_dir()) / "misplaced_config"
+        (cls.misplaced / "config.json").mkdir(parents=True, exist_ok=True)
+        command_lines = [[f"--workdir={cls.workdir}", *args] for args in
+                         [[], ["--split=dev"], *[args for args, _ in BAD_CACHE_FLAGS]]]
         results = mains_in_one_process(
             "psmm_tf.trainers.evaluate",
-            [["psmm-evaluate", f"--workdir={cls.workdir}", *args] for args in command_lines])
-        cls.no_run, cls.bad_split, *cls.bad_cache = results
+            [["psmm-evaluate", *args] for args in
+             [*command_lines, [f"--workdir={cls.misplaced}"]]])
+        cls.no_run, cls.bad_split, *cls.bad_cache, cls.config_folder = results
 
     def test_refuses_a_folder_without_a_run(self):
         code, stderr = self.no_run
@@ -124,6 +133,11 @@ class RefusedCommandLineTest(tf.test.TestCase):
         code, stderr = self.bad_split
         self.assertNotEqual(code, 0)
         self.assertIn("flag --split=dev: value should be one of <train|valid|test>", stderr)
+        code, stderr = self.config_folder
+        self.assertNotEqual(code, 0)
+        self.assertIn("misplaced_config/config.json is not a file: expected the run's "
+                      "config.json.", stderr)
+        self.assertTrue((self.misplaced / "config.json").is_dir())
 
     def test_refuses_bad_cache_flags_naming_the_flag(self):
         for (args, message), (code, stderr) in zip(BAD_CACHE_FLAGS, self.bad_cache,

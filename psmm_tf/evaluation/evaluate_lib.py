@@ -82,6 +82,8 @@ def cache_option(cache_window, given=(), cache_theta=None, cache_lambda=None, ca
         if cache_lambdas is not None:
             options["lambdas"] = _floats("cache_lambdas", cache_lambdas, lambda x: 0 <= x < 1,
                                          "lambdas in [0, 1)")
+        names = ("--cache_window", "--cache_thetas", "--cache_lambdas")
+        thetas, lambdas = options.get("thetas", ()), options.get("lambdas", ())
     else:
         named = [f"--{n}" for n in ("cache_thetas", "cache_lambdas") if n in given]
         if named:
@@ -90,17 +92,25 @@ def cache_option(cache_window, given=(), cache_theta=None, cache_lambda=None, ca
             options["theta"] = cache_theta
         if cache_lambda is not None:
             options["lam"] = cache_lambda
+        names = ("--cache_window", "--cache_theta", "--cache_lambda")
+        thetas = () if cache_theta is None else (cache_theta,)
+        lambdas = () if cache_lambda is None else (cache_lambda,)
     try:
-        check_cache_settings(cache_window, names=("--cache_window",))  # named as the flag
+        # The values given, named as their flags (e.g. an infinite theta, which the flags' own
+        # checks let by); CacheSettings checks them again.
+        check_cache_settings(cache_window, thetas, lambdas, names=names)
         return CacheSettings(**options)
-    except ValueError as err:  # e.g. an infinite theta, which the flags' own checks let by
+    except ValueError as err:
         raise _flags_error(str(err)) from None
 
 
 def check_workdir(workdir):
     """Raises a `CommandError` unless `workdir` holds a training run's config and vocabulary."""
     workdir = Path(workdir)
+    wrong = run_files.misplaced_entries(workdir)
     for needed in (run_files.CONFIG_FILE, run_files.VOCAB_FILE):
+        if needed in wrong:
+            raise _flags_error(f"--workdir={workdir}: {wrong[needed]}.")
         if not (workdir / needed).is_file():
             raise _flags_error(f"--workdir={workdir} has no {needed}; expected the folder of a "
                                "training run.")
