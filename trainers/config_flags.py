@@ -253,10 +253,9 @@ def define_config_flags(flag_values, module_name):
     choices = {**_CHOICES, "model.kind": registry.model_kinds()}
     for spec in all_flags():
         path, kind = spec.fields[0], field_type(spec.fields[0])
-        if path == "model.kind":
-            flags.DEFINE_enum(spec.name, None, list(choices[path]), model_kind_help(), **common)
-        elif path in choices:
-            flags.DEFINE_enum(spec.name, None, list(choices[path]), spec.help, **common)
+        if path in choices:
+            help_text = model_kind_help() if path == "model.kind" else spec.help
+            flags.DEFINE_enum(spec.name, None, list(choices[path]), help_text, **common)
         elif kind is int:
             flags.DEFINE_integer(spec.name, None, spec.help, **common)
         elif kind is float:
