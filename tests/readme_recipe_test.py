@@ -98,7 +98,15 @@ class ReadmeLibraryTest(testing.TestCase):
         self.assertAllClose(ops.convert_to_numpy(namespace["nll_ptr"]), expected, atol=1e-5)
         namespace = {}
         exec(compile(blocks[1], str(README), "exec"), namespace)  # noqa: S102
-        self.assertEqual(namespace["model"].backbone.init_scale, 0.05)
+        # The block says it builds the `medium` preset's network and start.
+        from psmm_tf.configs import get_preset
+        from psmm_tf.models import model_config_differences
+
+        medium, model = get_preset("medium").model, namespace["model"]
+        self.assertEqual(model_config_differences(model, medium), [])
+        for name in ("input_dropout", "hidden_dropout", "zoneout", "init_scale"):
+            self.assertEqual(getattr(model.backbone, name), getattr(medium, name), name)
+        self.assertEqual(model.output_dropout, medium.output_dropout)
 
 
 if __name__ == "__main__":
