@@ -36,7 +36,7 @@ flags.DEFINE_string("baseline_workdir", None, "A run of the comparison model (e.
                     "with the same vocabulary, for the word-frequency analysis.")
 flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split (role) to evaluate.")
 flags.DEFINE_string("output_dir", None, "Where the report goes (default: "
-                    "<workdir>/evaluation_<split>).")
+                    "<workdir>/evaluation_<split>); it replaces an earlier report's files there.")
 flags.DEFINE_enum("model_source", "best", ["best", "latest"], "The run's model to evaluate: "
                   "best (model.keras, the best by validation perplexity) or latest (the newest "
                   "checkpoint); the output names it.")

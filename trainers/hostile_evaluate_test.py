@@ -39,6 +39,39 @@ class EvaluateSplitTest(psmm_testing.TrainedRunTestCase):
         self.assertEqual(snapshot(workdir), before)
 
 
+class ReportFolderTest(psmm_testing.TrainedRunTestCase):
+    def test_a_report_replaces_an_earlier_one_whole_and_a_failed_one_leaves_it(self):
+        run = self.copy_run("reported")
+        output_dir = Path(self.get_temp_dir()) / "report"
+        output_dir.mkdir()
+        (output_dir / "notes.txt").write_text("mine\n")
+        with_baseline = report.evaluation_report(run, output_dir, "valid", max_tokens=50,
+                                                 baseline_workdir=self.base)
+        self.assertIn("frequency_buckets", with_baseline)
+        self.assertTrue((output_dir / "frequency_buckets.md").is_file())
+        first = snapshot(output_dir)
+        # A failing report (a baseline of another kind of folder) leaves the earlier one.
+        with self.assertRaisesRegex(trained_run.RunLoadError, "notes.txt"):
+            report.evaluation_report(run, output_dir, "valid", max_tokens=50,
+                                     baseline_workdir=output_dir / "notes.txt")
+        self.assertEqual(snapshot(output_dir), first)
+        # A report without a baseline replaces the earlier one, Figure 4 files included.
+        report.evaluation_report(run, output_dir, "valid", max_tokens=50)
+        self.assertEqual(sorted(p.name for p in output_dir.iterdir()),
+                         ["attention.html", "metrics.json", "notes.txt"])
+        metrics = json.loads((output_dir / "metrics.json").read_text())
+        self.assertNotIn("baseline_workdir", metrics)
+        self.assertEqual((output_dir / "notes.txt").read_text(), "mine\n")
+        # A folder where the report writes a file is refused before the run is read.
+        (output_dir / "attention.html").unlink()
+        (output_dir / "attention.html").mkdir()
+        before = snapshot(output_dir)
+        with self.assertRaisesRegex(trained_run.RunLoadError,
+                                    r"output_dir=.*report holds a folder attention.html"):
+            report.evaluation_report(run, output_dir, "valid", max_tokens=50)
+        self.assertEqual(snapshot(output_dir), before)
+
+
 class VocabularyTest(psmm_testing.TrainedRunTestCase):
     def test_permuted_vocabulary_is_refused_where_it_meets_the_model(self):
         workdir = self.copy_run("permuted")

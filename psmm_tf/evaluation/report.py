@@ -1,7 +1,11 @@
 """Evaluating a finished (or running) training run: perplexity, Figure 4, gate, attention page."""
 
+import contextlib
 import json
 import math
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +15,9 @@ from psmm_tf.evaluation import analysis, figures, neural_cache, pointer_diagnost
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
 from psmm_tf.models.registry import model_class
+
+# The files a report writes; a new report in a folder replaces an earlier one's as a whole.
+REPORT_FILES = ("metrics.json", "attention.html", "frequency_buckets.md", "frequency_buckets.png")
 
 
 def model_label(model_config):
@@ -36,6 +43,9 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     `gate_calibration` (`[scale, bias]` or None), and with a baseline the Figure 4 rows),
     `attention.html` (models with a pointer), and with `baseline_workdir`
     `frequency_buckets.md` and `frequency_buckets.png` (Figure 4: baseline minus model).
+    They are written when the whole report is done and replace an earlier report's in
+    `output_dir` (those the new report does not have are removed; other files are left as they
+    are); a report that fails leaves an earlier report as it was.
 
     Args:
         workdir: the run to evaluate. output_dir: where the files go (created).
@@ -64,6 +74,10 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     if output_dir.exists() and not output_dir.is_dir():
         raise RunLoadError(f"output_dir={output_dir} is a file; expected a folder for the "
                            "report (or a path that does not exist yet).")
+    for name in REPORT_FILES:
+        if (output_dir / name).is_dir():
+            raise RunLoadError(f"output_dir={output_dir} holds a folder {name} where the report "
+                               "writes a file; move it away or choose another output_dir.")
     run = load_trained_run(workdir, data_dir, model_source, tfds_data_dir, mixed_precision)
     if split not in run.corpus.ids:
         raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
@@ -79,73 +93,98 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         if outside:
             raise RunLoadError(f"positions={list(positions)}: {outside} outside the {len(ids) - 1}"
                                f" targets of split={split!r} (indices 0 to {len(ids) - 2}).")
+    with _staged_report(output_dir) as staging:
+        length = length or run.config.train.eval_length
+        window = run.config.model.window_size
+        targets = ids[1:]
+        in_window = analysis.target_in_window(ids, window)
+        evaluator = Evaluator(run.model, batch_size=batch_size, length=length)
+        if has_pointer and positions is None:
+            # A first pass finds where the pointer took the most mass, a second keeps attention.
+            first = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids))
+            positions = figures.choose_positions(first.gate, in_window, num_examples)
+        result = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids),
+                                    attention_positions=(positions or ()) if has_pointer else ())
+        bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
+        metrics = {
+            "workdir": str(workdir), "model": model_label(run.config.model), "split": split,
+            "model_source": run.model_source, "model_path": run.source,
+            "mixed_precision": run.config.train.mixed_precision,
+            "num_targets": result.num_targets,
+            "perplexity": result.perplexity,
+            "gate": analysis.gate_statistics(result.gate, targets, in_window, bucket_of,
+                                             num_buckets),
+        }
+        if baseline_workdir is not None:
+            baseline = load_trained_run(baseline_workdir, data_dir, model_source, tfds_data_dir,
+                                        mixed_precision)
+            if baseline.corpus.vocabulary != run.corpus.vocabulary:
+                raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
+                                   f"than {workdir}; the frequency comparison needs the same one.")
+            other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
+                ids, collect=True, spelling=_spelling(baseline, split, ids))
+            rows = analysis.bucket_comparison(targets, result.nll, other.nll, bucket_of,
+                                              run.corpus.train_counts, num_buckets)
+            names = (model_label(run.config.model), model_label(baseline.config.model))
+            if names[0] == names[1]:
+                names = ("model", "baseline")
+            run_files.write_text_atomic(staging / "frequency_buckets.md",
+                                        analysis.format_bucket_table(rows, *names))
+            analysis.plot_buckets(rows, staging / "frequency_buckets.png", *names)
+            metrics.update(baseline_workdir=str(baseline_workdir),
+                           baseline_perplexity=other.perplexity, frequency_buckets=rows)
+        if has_pointer and result.attention:
+            words = run.corpus.vocabulary.tokens
+            examples = [{
+                "position": j, "words": [words[i] for i in entry["key_ids"]],
+                "weights": entry["weights"].tolist(), "target": words[targets[j]],
+                "gate": float(result.gate[j]), "probability": math.exp(-result.nll[j]),
+            } for j, entry in sorted(result.attention.items())]
+            title = f"Pointer attention: {model_label(run.config.model)} on {split} ({workdir})"
+            run_files.write_text_atomic(staging / "attention.html",
+                                        figures.render_attention_html(examples, title))
+            metrics["attention_positions"] = sorted(result.attention)
+        if pointer_diagnostics.has_sentinel_pointer(run.model):
+            calibration = run.model.pointer.gate_calibration
+            metrics["gate_calibration"] = None if calibration is None else list(calibration)
+            metrics["pointer"] = pointer_diagnostics.pointer_diagnostics(
+                run.model, ids, length=length,
+                initial_weights=pointer_diagnostics.load_initial_pointer_weights(
+                    Path(workdir) / run_files.INITIAL_POINTER_FILE))
+        if cache is not None:
+            metrics["neural_cache"] = neural_cache.cache_metrics(
+                cache, split, workdir=workdir, run=run, data_dir=data_dir, max_tokens=max_tokens,
+                batch_size=batch_size, length=length)
+        run_files.write_text_atomic(staging / "metrics.json",
+                                    json.dumps(metrics, indent=2, default=_plain))
+    return metrics
+
+
+@contextlib.contextmanager
+def _staged_report(output_dir):
+    """A new folder inside `output_dir` to write a report into; when the block ends without an
+    error, its files replace the report in `output_dir` (metrics.json last) and an earlier
+    report's files it does not have are removed. The folder is always removed.
+
+    Raises:
+        RunLoadError: `output_dir` cannot be created or written into.
+    """
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".report-", dir=output_dir))
     except OSError as err:
-        raise RunLoadError(f"output_dir={output_dir}: cannot create it ({err.strerror}).") from None
-    length = length or run.config.train.eval_length
-    window = run.config.model.window_size
-    targets = ids[1:]
-    in_window = analysis.target_in_window(ids, window)
-    evaluator = Evaluator(run.model, batch_size=batch_size, length=length)
-    if has_pointer and positions is None:
-        # A first pass finds where the pointer took the most mass, a second keeps attention.
-        first = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids))
-        positions = figures.choose_positions(first.gate, in_window, num_examples)
-    result = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids),
-                                attention_positions=(positions or ()) if has_pointer else ())
-    bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
-    metrics = {
-        "workdir": str(workdir), "model": model_label(run.config.model), "split": split,
-        "model_source": run.model_source, "model_path": run.source,
-        "mixed_precision": run.config.train.mixed_precision,
-        "num_targets": result.num_targets,
-        "perplexity": result.perplexity,
-        "gate": analysis.gate_statistics(result.gate, targets, in_window, bucket_of, num_buckets),
-    }
-    if baseline_workdir is not None:
-        baseline = load_trained_run(baseline_workdir, data_dir, model_source, tfds_data_dir,
-                                    mixed_precision)
-        if baseline.corpus.vocabulary != run.corpus.vocabulary:
-            raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
-                               f"than {workdir}; the frequency comparison needs the same one.")
-        other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
-            ids, collect=True, spelling=_spelling(baseline, split, ids))
-        rows = analysis.bucket_comparison(targets, result.nll, other.nll, bucket_of,
-                                          run.corpus.train_counts, num_buckets)
-        names = (model_label(run.config.model), model_label(baseline.config.model))
-        if names[0] == names[1]:
-            names = ("model", "baseline")
-        run_files.write_text_atomic(output_dir / "frequency_buckets.md",
-                                    analysis.format_bucket_table(rows, *names))
-        analysis.plot_buckets(rows, output_dir / "frequency_buckets.png", *names)
-        metrics.update(baseline_workdir=str(baseline_workdir),
-                       baseline_perplexity=other.perplexity, frequency_buckets=rows)
-    if has_pointer and result.attention:
-        words = run.corpus.vocabulary.tokens
-        examples = [{
-            "position": j, "words": [words[i] for i in entry["key_ids"]],
-            "weights": entry["weights"].tolist(), "target": words[targets[j]],
-            "gate": float(result.gate[j]), "probability": math.exp(-result.nll[j]),
-        } for j, entry in sorted(result.attention.items())]
-        title = f"Pointer attention: {model_label(run.config.model)} on {split} ({workdir})"
-        run_files.write_text_atomic(output_dir / "attention.html",
-                                    figures.render_attention_html(examples, title))
-        metrics["attention_positions"] = sorted(result.attention)
-    if pointer_diagnostics.has_sentinel_pointer(run.model):
-        calibration = run.model.pointer.gate_calibration
-        metrics["gate_calibration"] = None if calibration is None else list(calibration)
-        metrics["pointer"] = pointer_diagnostics.pointer_diagnostics(
-            run.model, ids, length=length,
-            initial_weights=pointer_diagnostics.load_initial_pointer_weights(
-                Path(workdir) / run_files.INITIAL_POINTER_FILE))
-    if cache is not None:
-        metrics["neural_cache"] = neural_cache.cache_metrics(
-            cache, split, workdir=workdir, run=run, data_dir=data_dir, max_tokens=max_tokens,
-            batch_size=batch_size, length=length)
-    run_files.write_text_atomic(output_dir / "metrics.json",
-                                json.dumps(metrics, indent=2, default=_plain))
-    return metrics
+        raise RunLoadError(f"output_dir={output_dir}: cannot create it or write into it "
+                           f"({err.strerror}).") from None
+    try:
+        yield staging
+        for name in sorted(REPORT_FILES, key=lambda name: name == "metrics.json"):
+            new, old = staging / name, output_dir / name
+            if new.exists():
+                os.replace(new, old)
+            elif old.is_file() or old.is_symlink():
+                old.unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _plain(value):
