@@ -3,15 +3,19 @@ unreachable or foreign servers, bad options. Each is refused with a message nami
 nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
 
 import contextlib
+import gzip
 import http.server
 import io
+import json
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -20,6 +24,7 @@ from psmm_tf.export import score, testing
 from psmm_tf.export.clients import RestClient, ServingError
 from psmm_tf.export.serving_module import DEFAULT_MAX_TOKENS
 from psmm_tf.testing import (
+    snapshot,
     start_script,
     truncate,
 )
@@ -227,6 +232,67 @@ class ScoreSweepTest(tf.test.TestCase):
                 code, stderr = self.score(argv)
                 self.assertEqual(code, status, stderr)
                 self.assertRegex(stderr, message)
+
+    def test_input_files_are_read_by_the_corpus_readers_rules(self):
+        # Fourth sweep: --input was decoded as plain UTF-8: a byte order mark made the first
+        # word `\ufeffthe`, scored as <unk>; UTF-16, NUL bytes and \r-alone line ends were
+        # scored as text or refused cryptically, and a .gz file was "not valid UTF-8".
+        root = Path(self.get_temp_dir()) / "encodings"
+        root.mkdir(exist_ok=True)
+        text = "the cat sat on the mat\nthe dog ran\n"
+        files = {"plain.txt": text.encode(), "bom.txt": b"\xef\xbb\xbf" + text.encode(),
+                 "crlf.txt": b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode(),
+                 "text.txt.gz": gzip.compress(b"\xef\xbb\xbf" + text.encode()),
+                 "utf16.txt": text.encode("utf-16"), "utf16le.txt": text.encode("utf-16-le"),
+                 "nul.txt": b"the cat\x00 sat\n", "mac.txt": text.replace("\n", "\r").encode(),
+                 "joined.txt": (text + "\ufeff" + text).encode(),
+                 "not_gzip.txt.gz": text.encode()}
+        for name, data in files.items():
+            (root / name).write_bytes(data)
+        export_dir = testing.shared_export()[2]
+        before = snapshot(root), snapshot(Path(export_dir).parent)
+
+        def scored(source, stdin=None):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stderr(err), mock.patch.object(
+                    sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin or b""))):
+                code = score.main([f"--model={export_dir}", f"--input={source}",
+                                   "--format=json"], out=out)
+            return code, [json.loads(row) for row in out.getvalue().splitlines()], err.getvalue()
+
+        code, plain, stderr = scored(root / "plain.txt")
+        self.assertEqual(code, 0, stderr)
+        self.assertEqual(plain[0]["tokens"][:2], ["the", "cat"])
+        for source, stdin in [(root / "bom.txt", None), (root / "crlf.txt", None),
+                              (root / "text.txt.gz", None), ("-", files["crlf.txt"])]:
+            with self.subTest(input=Path(source).name, stdin=stdin is not None):
+                code, rows, stderr = scored(source, stdin)
+                self.assertEqual(code, 0, stderr)
+                self.assertEqual(rows[0]["tokens"][0], "the")  # not <unk>
+                self.assertEqual(rows, plain)
+        for name, message in [
+            ("utf16.txt", rf"cannot read {root}/utf16.txt: {root}/utf16.txt starts with a "
+                          rf"UTF-16 byte order mark: a UTF-16 text file; expected UTF-8"),
+            ("utf16le.txt", r"cannot read .*utf16le.txt: line 1 holds a NUL character \(at "
+                            r"character 1\): a binary file, or UTF-16 text; expected a UTF-8"),
+            ("nul.txt", r"cannot read .*nul.txt: line 1 holds a NUL character \(at character "
+                        r"7\)"),
+            ("mac.txt", r"cannot read .*mac.txt: its lines end in a carriage return \(\\r\) "
+                        r"alone \(classic Mac OS line ends\)"),
+            ("joined.txt", r"cannot read .*joined.txt: line 3 holds a byte order mark "
+                           r"\(U\+FEFF\) at character 0"),
+            ("not_gzip.txt.gz", r"cannot read .*not_gzip.txt.gz: not a readable gzip file "
+                                r"after line 0 \(Not a gzipped file"),
+        ]:
+            with self.subTest(input=name):
+                code, rows, stderr = scored(root / name)
+                self.assertEqual(code, 2, stderr)
+                self.assertRegex(stderr, "^psmm-score: " + message)
+                self.assertEqual(rows, [])
+        code, _, stderr = scored("-", files["utf16.txt"])
+        self.assertEqual(code, 2)
+        self.assertRegex(stderr, r"cannot read -: - starts with a UTF-16 byte order mark")
+        self.assertEqual((snapshot(root), snapshot(Path(export_dir).parent)), before)
 
     def test_a_server_answering_html_is_named_by_psmm_score(self):
         text = Path(self.get_temp_dir()) / "text.txt"

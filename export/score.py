@@ -50,7 +50,8 @@ flags.DEFINE_string("model_name", "psmm", "Served model name (with --rest or --g
                     flag_values=SCORE_FLAGS)
 flags.DEFINE_integer("model_version", None, "Version to score with (default: the latest); "
                      "with --model, a version folder of that base.", flag_values=SCORE_FLAGS)
-flags.DEFINE_string("input", "-", "Text file (UTF-8); '-' for stdin.", flag_values=SCORE_FLAGS)
+flags.DEFINE_string("input", "-", "Text file (UTF-8, gzip-compressed if the name ends in .gz); "
+                    "'-' for stdin.", flag_values=SCORE_FLAGS)
 flags.DEFINE_enum("format", "text", ["text", "json"], "text: one token<TAB>log_prob<TAB>gate "
                   "row per token and a '# line N: perplexity' row per line; json: one object "
                   "per line, then a total.", flag_values=SCORE_FLAGS)

@@ -4,6 +4,8 @@
 names); the clients (in-process, REST, gRPC) are `psmm_tf.export.clients`'.
 """
 
+import contextlib
+import gzip
 import itertools
 import json
 import math
@@ -11,6 +13,7 @@ import sys
 
 import numpy as np
 
+from psmm_tf.data import corpus
 from psmm_tf.export.clients import (
     ExportLoadError,
     GrpcClient,
@@ -139,32 +142,45 @@ def client_for(model=None, rest=None, grpc=None, model_name="psmm",
 
 
 def read_lines(path, max_line_bytes=MAX_LINE_BYTES):
-    """Yields the lines of a text file (or stdin for '-'), split as the corpus readers split
-    them (on "\n"; a final "\n" ends the last line), one at a time.
+    """Yields the lines of a text file (or stdin for '-'), one at a time, by the corpus
+    readers' rules (`psmm_tf.data.corpus.decode_lines`): split on "\n" (a final "\n" ends the
+    last line), "\r\n" line ends and a UTF-8 byte order mark at the start dropped, a file whose
+    name ends in .gz decompressed. A line is read at most `max_line_bytes` at a time: memory is
+    bounded by one line.
 
     Raises:
         OSError: the file cannot be opened or read.
-        InputError: a line is not UTF-8 or is longer than `max_line_bytes` (named by number).
+        InputError: a line is not UTF-8, holds a NUL character (a binary file, UTF-16 text) or
+            a byte order mark after the start, or is longer than `max_line_bytes` (each named
+            by number); the text starts with a UTF-16 byte order mark or its lines end in "\r"
+            alone; a .gz file is not gzip, cut or damaged.
     """
-    stream = sys.stdin.buffer if path == "-" else open(path, "rb")
-    try:
-        for number in itertools.count(1):
-            line = stream.readline(max_line_bytes + 2)
-            if not line:
-                return
-            line = line[:-1] if line.endswith(b"\n") else line
-            if len(line) > max_line_bytes:
-                raise InputError(f"line {number} is longer than {max_line_bytes:,} "
-                                 f"bytes: expected text lines (each is sent whole in one "
-                                 f"request)")
-            try:
-                yield line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise InputError(f"line {number} is not valid UTF-8 ({err.reason} at "
-                                 f"byte {err.start})") from None
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
+    with contextlib.ExitStack() as stack:
+        stream = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+        compressed = path.endswith(".gz")
+        if compressed:
+            stream = stack.enter_context(gzip.GzipFile(fileobj=stream))
+        try:
+            yield from corpus.decode_lines(_bounded_lines(stream, max_line_bytes), path,
+                                           compressed)
+        except InputError:
+            raise
+        except ValueError as err:  # the corpus rules', naming the input: named once
+            raise InputError(str(err).removeprefix(f"{path}: ")) from None
+
+
+def _bounded_lines(stream, max_line_bytes):
+    """The raw lines of a binary `stream`, without their "\n", each read at most
+    `max_line_bytes` at a time. Raises InputError for a longer one (named by number)."""
+    for number in itertools.count(1):
+        line = stream.readline(max_line_bytes + 2)
+        if not line:
+            return
+        line = line[:-1] if line.endswith(b"\n") else line
+        if len(line) > max_line_bytes:
+            raise InputError(f"line {number} is longer than {max_line_bytes:,} bytes: expected "
+                             f"text lines (each is sent whole in one request)")
+        yield line
 
 
 def write_result(result, fmt, out):

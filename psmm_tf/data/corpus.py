@@ -14,7 +14,7 @@ import gzip
 import os
 import zlib
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterable, Iterator, Union
 
 import numpy as np
 
@@ -79,65 +79,78 @@ def iter_lines(path: PathLike) -> Iterator[str]:
     if not path.exists():
         raise FileNotFoundError(f"Corpus file not found: {path}")
     with path.open("rb") as raw:
-        # Decode line by line (not the whole file at once) so an encoding error can name its
-        # line, and so large corpora (WikiText-103) need not be held as one string.
         compressed = path.name.endswith(".gz")
-        stream = gzip.GzipFile(fileobj=raw) if compressed else raw
-        lines = enumerate(stream, start=1)
-        line_number = 0
+        yield from decode_lines(gzip.GzipFile(fileobj=raw) if compressed else raw, path,
+                                compressed)
 
-        def read_next():
-            try:
-                return next(lines)
-            except StopIteration:
-                return None
-            except (OSError, EOFError, zlib.error) as err:
-                if not compressed:
-                    raise
-                # Not gzip at all, truncated, or a failed CRC: name the file, not the module.
-                raise ValueError(
-                    f"{path}: not a readable gzip file after line {line_number} ({err}); "
-                    f"expected a gzip-compressed UTF-8 text file (the name ends in .gz)."
-                ) from None
 
-        following = read_next()
-        while following is not None:
-            (line_number, line), following = following, None
-            if line_number == 1 and line.startswith((b"\xff\xfe", b"\xfe\xff")):
-                raise ValueError(
-                    f"{path} starts with a UTF-16 byte order mark: a UTF-16 text file; "
-                    f"expected UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8).")
-            try:
-                text = line.decode("utf-8-sig" if line_number == 1 else "utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{path}: line {line_number} is not valid UTF-8 ({err.reason} at byte "
-                    f"{err.start}); expected a UTF-8 text file."
-                ) from None
-            if "\x00" in text:
-                raise ValueError(
-                    f"{path}: line {line_number} holds a NUL character (at character "
-                    f"{text.index(chr(0))}): a binary file, or UTF-16 text; expected a UTF-8 "
-                    f"text file.")
-            if "\ufeff" in text:  # the one at the start of the file is dropped above
-                raise ValueError(
-                    f"{path}: line {line_number} holds a byte order mark (U+FEFF) at character "
-                    f"{text.index(chr(0xFEFF))}: files joined with theirs (cat a.txt b.txt)? It "
-                    f"would become part of a word; expected it at the start of the file only "
-                    f"(remove it, e.g. sed 's/\\xEF\\xBB\\xBF//g').")
-            text = text.rstrip("\r\n")
-            if line_number == 1 and "\r" in text:
-                # One line holding carriage returns: the file's only line, when \r alone ends
-                # its lines. Looked ahead before it is yielded, so nothing of it is read.
-                following = read_next()
-                if following is None:
-                    raise ValueError(
-                        f"{path}: its lines end in a carriage return (\\r) alone (classic Mac "
-                        f"OS line ends), so the whole file would read as one line; expected "
-                        f"\\n or \\r\\n line ends (convert it, e.g. tr '\\r' '\\n').")
-            yield text
+def decode_lines(raw_lines: Iterable[bytes], name, compressed: bool = False) -> Iterator[str]:
+    """Decodes a text file's raw lines by `iter_lines`' rules (its reader, and psmm-score's).
+
+    Args:
+        raw_lines: iterable of bytes, one line each, with or without its line end; read one at
+            a time (large corpora, WikiText-103, are never held whole).
+        name: the file, as the messages name it.
+        compressed: bool. `raw_lines` decompresses gzip: its read errors (not gzip, truncated,
+            a failed CRC) become ValueErrors naming the file.
+
+    Yields and raises: as `iter_lines` (ValueError, each message starting with `name`).
+    """
+    lines = enumerate(raw_lines, start=1)
+    line_number = 0
+
+    def read_next():
+        try:
+            return next(lines)
+        except StopIteration:
+            return None
+        except (OSError, EOFError, zlib.error) as err:
+            if not compressed:
+                raise
+            # Not gzip at all, truncated, or a failed CRC: name the file, not the module.
+            raise ValueError(
+                f"{name}: not a readable gzip file after line {line_number} ({err}); "
+                f"expected a gzip-compressed UTF-8 text file (the name ends in .gz)."
+            ) from None
+
+    following = read_next()
+    while following is not None:
+        (line_number, line), following = following, None
+        if line_number == 1 and line.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise ValueError(
+                f"{name} starts with a UTF-16 byte order mark: a UTF-16 text file; "
+                f"expected UTF-8 (convert it, e.g. iconv -f UTF-16 -t UTF-8).")
+        try:
+            text = line.decode("utf-8-sig" if line_number == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{name}: line {line_number} is not valid UTF-8 ({err.reason} at byte "
+                f"{err.start}); expected a UTF-8 text file."
+            ) from None
+        if "\x00" in text:
+            raise ValueError(
+                f"{name}: line {line_number} holds a NUL character (at character "
+                f"{text.index(chr(0))}): a binary file, or UTF-16 text; expected a UTF-8 "
+                f"text file.")
+        if "\ufeff" in text:  # the one at the start of the file is dropped above
+            raise ValueError(
+                f"{name}: line {line_number} holds a byte order mark (U+FEFF) at character "
+                f"{text.index(chr(0xFEFF))}: files joined with theirs (cat a.txt b.txt)? It "
+                f"would become part of a word; expected it at the start of the file only "
+                f"(remove it, e.g. sed 's/\\xEF\\xBB\\xBF//g').")
+        text = text.rstrip("\r\n")
+        if line_number == 1 and "\r" in text:
+            # One line holding carriage returns: the file's only line, when \r alone ends
+            # its lines. Looked ahead before it is yielded, so nothing of it is read.
+            following = read_next()
             if following is None:
-                following = read_next()
+                raise ValueError(
+                    f"{name}: its lines end in a carriage return (\\r) alone (classic Mac "
+                    f"OS line ends), so the whole file would read as one line; expected "
+                    f"\\n or \\r\\n line ends (convert it, e.g. tr '\\r' '\\n').")
+        yield text
+        if following is None:
+            following = read_next()
 
 
 def line_tokens(line: str) -> list[str]:
