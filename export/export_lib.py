@@ -36,6 +36,39 @@ from psmm_tf.export.serving_module import ServingModule
 DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # NeuralCache's
 # The run's config inside an export (`assets.extra/`), as the run's own file is named.
 EXPORT_CONFIG_FILE = run_files.CONFIG_FILE
+# The largest request limit (`max_tokens`): the serving checks compare it with int32 sizes
+# (`tf.size`), where a larger one wraps round and refuses every request.
+MAX_REQUEST_TOKENS = 2**31 - 1
+# The file that makes a folder a SavedModel (a version folder of an export base).
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+def check_export_base(export_base):
+    """Refuses an `export_base` that is a file, or itself a SavedModel (a version folder: it
+    holds saved_model.pb), where a version would be written inside another version; writes
+    nothing.
+
+    Raises:
+        ValueError: naming `export_base` (and for a version folder its parent, the folder of
+            the versions).
+    """
+    if os.path.exists(export_base) and not os.path.isdir(export_base):
+        raise ValueError(f"--export_base={export_base} is a file; expected the folder of the "
+                         "versions (or a path that does not exist yet).")
+    if os.path.isfile(os.path.join(export_base, SAVED_MODEL_FILE)):
+        parent = os.path.dirname(os.path.normpath(os.path.abspath(export_base)))
+        raise ValueError(
+            f"--export_base={export_base} is a SavedModel version folder (it holds "
+            f"{SAVED_MODEL_FILE}); expected the folder of the versions: its parent, "
+            f"--export_base={parent}?")
+
+
+def check_max_tokens(max_tokens):
+    """Refuses a request limit outside [2, 2**31 - 1] (`MAX_REQUEST_TOKENS`)."""
+    if not 2 <= int(max_tokens) <= MAX_REQUEST_TOKENS:
+        raise ValueError(
+            f"max_tokens (--max_request_tokens) must be an integer in [2, 2**31 - 1] (a "
+            f"one-word text and its <eos>, up to int32 request sizes), got {max_tokens}.")
 
 
 def cache_settings(window=None, theta=None, lam=None):
@@ -248,8 +281,11 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
     Raises:
         FileExistsError: if the version exists.
         FileNotFoundError: `export_base` is a symbolic link that leads nowhere.
-        ValueError: a version < 1.
+        ValueError: a version < 1, `max_tokens` outside [2, 2**31 - 1] (`check_max_tokens`),
+            or an `export_base` that is a version folder itself (`check_export_base`).
     """
+    check_max_tokens(max_tokens)
+    check_export_base(export_base)
     if os.path.islink(export_base) and not os.path.exists(export_base):
         raise FileNotFoundError(errno.ENOENT, "a symbolic link that leads nowhere (a loop, or "
                                 "its target is missing); expected the folder of the versions",

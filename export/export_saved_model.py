@@ -16,7 +16,6 @@ A plain SavedModel (`psmm_tf.export.export_lib`); the output names the model (--
 Serving: docs/serving.md (models.config and batching_parameters.txt are installed beside this).
 """
 
-import os
 import sys
 
 from absl import app, flags
@@ -45,8 +44,9 @@ flags.register_validator("model_version", lambda v: v is None or 1 <= v < 2**63,
                          message="must be an integer in [1, 2**63) (TF Serving loads positive "
                          "int64 version folders only).", flag_values=FLAGS)
 flags.DEFINE_integer("max_request_tokens", export_lib.serving_module.DEFAULT_MAX_TOKENS,
-                     "Most tokens one request may hold (batch x longest text, >= 2); a larger "
-                     "request is refused naming its input.", lower_bound=2, flag_values=FLAGS)
+                     "Most tokens one request may hold (batch x longest text, 2 to 2**31 - 1: "
+                     "int32 request sizes); a larger request is refused naming its input.",
+                     lower_bound=2, upper_bound=export_lib.MAX_REQUEST_TOKENS, flag_values=FLAGS)
 flags.DEFINE_string("model_name", "psmm", "Model name in the warmup requests.", flag_values=FLAGS)
 cli.define_version_flag(FLAGS)
 flags.DEFINE_integer("cache_window", None, "Export with a neural cache (Grave et al. 2017) of "
@@ -82,14 +82,12 @@ def _main(argv):
     cli.require_tensorflow_backend(PROGRAM)
     settings = cache_settings(FLAGS.cache_window, FLAGS.cache_theta, FLAGS.cache_lambda)
     try:
+        export_lib.check_export_base(FLAGS.export_base)  # before the model is loaded
         model, vocab, config_json, source = load_model(
             FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint, FLAGS.config, FLAGS.vocab,
             FLAGS.model_source)
     except (ValueError, OSError) as err:  # the message names the flag or the file
         _fail(err)
-    if os.path.exists(FLAGS.export_base) and not os.path.isdir(FLAGS.export_base):
-        _fail(f"--export_base={FLAGS.export_base} is a file; expected the folder of the "
-              "versions (or a path that does not exist yet).")
     try:
         path = export(export_lib.with_cache(model, settings), vocab, FLAGS.export_base,
                       FLAGS.model_version, FLAGS.model_name, config_json,

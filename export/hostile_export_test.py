@@ -33,15 +33,18 @@ class ExportTest(psmm_testing.TrainedRunTestCase):
         tokens[5], tokens[6] = tokens[6], tokens[5]
         permuted.write_text("".join(t + "\n" for t in tokens))
         before = snapshot(run)
-        base = Path(self.get_temp_dir()) / "exports"
-        for argv, message in [
+        for index, (argv, message) in enumerate([
             ([f"--workdir={run}", "--model_version=0"],
              r"flag --model_version=0: must be an integer in \[1, 2\*\*63\)"),
             # Issue 27 (silent 11): accepted before, though TF Serving's versions are int64.
             ([f"--workdir={run}", "--model_version=99999999999999999999"],
              r"flag --model_version=99999999999999999999: must be an integer in \[1, 2\*\*63\)"),
             ([f"--workdir={run}", "--max_request_tokens=1"],
-             r"flag --max_request_tokens=1: 1 is not integer >= 2"),
+             r"flag --max_request_tokens=1: 1 is not an integer in the range \[2, 2147483647\]"),
+            # Accepted before: the export's int32 checks then refused every initial_state.
+            ([f"--workdir={run}", "--max_request_tokens=2147483648"],
+             r"flag --max_request_tokens=2147483648: 2147483648 is not an integer in the range "
+             r"\[2, 2147483647\]"),
             ([f"--workdir={run}", f"--vocab={permuted}"],
              r"psmm-export: Vocabulary .*permuted_vocab.txt is not the one the model of "
              r".*export_run was trained with"),
@@ -49,8 +52,9 @@ class ExportTest(psmm_testing.TrainedRunTestCase):
              r"Vocabulary .*permuted_vocab.txt is not the one"),
             ([f"--checkpoint={run / 'checkpoints'}", f"--config={run / 'config.json'}",
               f"--vocab={permuted}"], r"Vocabulary .*permuted_vocab.txt is not the one"),
-        ]:
+        ]):
             with self.subTest(argv=argv):
+                base = Path(self.get_temp_dir()) / f"exports_{index}"  # one case's failure each
                 code, _, stderr = testing.run_export_main([*argv, f"--export_base={base}"])
                 self.assertNotEqual(code, 0)
                 self.assertRegex(stderr, message)
@@ -220,6 +224,11 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
                                                    r"directory"),
             ([f"--workdir={run}", "--model_version=1"], taken,
              r"taken_base/1 exists; versions are never overwritten"),
+            # Before: exported into taken_base/1/1 (exit 0).
+            ([f"--workdir={run}"], taken / "1",
+             rf"psmm-export: --export_base={taken / '1'} is a SavedModel version folder \(it "
+             rf"holds saved_model.pb\); expected the folder of the versions: its parent, "
+             rf"--export_base={taken}\?"),
         ]:
             with self.subTest(argv=argv, base=base):
                 before = {path: snapshot(path) for path in (run, taken)}
@@ -228,9 +237,27 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
                 self.assertRegex(stderr, message)
                 self.assertNotIn("Traceback", stderr)
                 self.assertEqual({path: snapshot(path) for path in (run, taken)}, before)
-                self.assertFalse(base.exists() and base.is_dir() and base != taken)
+                self.assertFalse(base.exists() and base.is_dir()
+                                 and base not in (taken, taken / "1"))
         self.assertEqual(a_file.read_text(), "mine\n")
         self.assertEqual(sorted(p.name for p in taken.iterdir()), ["1"])
+        self.assertEqual(sorted(p.name for p in (taken / "1").iterdir()), ["saved_model.pb"])
+        # The library refuses both before writing anything (the model is not even read).
+        from psmm_tf.export import export_lib
+
+        for base, max_tokens, message in [
+            (root / "b4", 2**31, r"max_tokens \(--max_request_tokens\) must be an integer in "
+                                 r"\[2, 2\*\*31 - 1\] .*, got 2147483648"),
+            (root / "b4", 1, r"must be an integer in \[2, 2\*\*31 - 1\]"),
+            (taken / "1", 100, r"taken_base/1 is a SavedModel version folder"),
+        ]:
+            with self.subTest(base=base, max_tokens=max_tokens):
+                with self.assertRaisesRegex(ValueError, message):
+                    export_lib.export(None, str(run / "vocab.txt"), str(base),
+                                      max_tokens=max_tokens)
+                self.assertFalse((root / "b4").exists())
+                self.assertEqual(sorted(p.name for p in (taken / "1").iterdir()),
+                                 ["saved_model.pb"])
 
 
 class ExportVocabularyTest(tf.test.TestCase):
