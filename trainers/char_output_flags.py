@@ -79,14 +79,15 @@ def char_output_config(flag_values):
     return CharOutputConfig(base_workdir=str(f["char_output_on"].value), **fields)
 
 
-def train(config, workdir, verbose):
-    """Trains the output layer of `config` in `workdir`; prints its numbers. A base run that
+def train(config, workdir, verbose, restart=False):
+    """Trains the output layer of `config` in `workdir` (`restart`: --restart, its previous
+    training outputs moved into previous_run_<N>/ first); prints its numbers. A base run that
     cannot be loaded exits with the message (psmm-train's other refusals are its own)."""
     from psmm_tf.evaluation.trained_run import RunLoadError
     from psmm_tf.training import char_output_training
 
     try:
-        results = char_output_training.run(config, workdir, verbose=verbose)
+        results = char_output_training.run(config, workdir, verbose=verbose, restart=restart)
     except RunLoadError as err:
         sys.exit(f"FATAL {err}")
     print(char_output_training.format_results(results), flush=True)

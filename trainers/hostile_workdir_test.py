@@ -5,6 +5,7 @@ it, and nothing a user has is touched (every pre-existing file byte-identical af
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -415,7 +416,7 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
             self.assertRegex(done.stdout, r"TRAIN Cannot create the workdir .*read_only/new_run:"
                                           r" Permission denied")
             self.assertRegex(done.stdout, r"EVALUATE output_dir=.*read_only/run/report: cannot "
-                                          r"create it \(Permission denied\)")
+                                          r"create it or write into it \(Permission denied\)")
             self.assertRegex(done.stdout, r"EXPORT 1 psmm-export: --export_base=.*read_only/"
                                           r"exports: Permission denied")
             self.assertEqual(snapshot(root), before)
@@ -544,6 +545,117 @@ class CharOutputBaseTest(psmm_testing.TrainedRunTestCase):
                 self.assertFalse(workdir.exists())
         self.assertEqual(snapshot(killed), before)
         self.assertEqual(note.read_text(), "not a run\n")
+
+
+class CharOutputWorkdirTest(psmm_testing.TrainedRunTestCase):
+    """Fourth sweep: a character-output run ignored --restart, retrained over a CHARS folder
+    whose checkpoints were removed (replacing its model.keras, history.json and results.json),
+    trained an epoch before a file `checkpoints` failed with a traceback, and trained on, or
+    gated, a base run still training; a gate on a run with a damaged config.json was a bare
+    `Expecting value`."""
+
+    CHAR_FLAGS = ["--epochs=1", "--steps_per_epoch=3", "--max_eval_tokens=100",
+                  "--char_output_units=8", "--verbose=0"]
+
+    def test_a_trained_run_without_checkpoints_is_refused_unless_restarted(self):
+        base = self.copy_run("chars_base")
+        root = Path(self.get_temp_dir())
+        trained = root / "chars_trained"
+        shutil.rmtree(trained, ignore_errors=True)
+        code, stderr = train_in_process([f"--char_output_on={base}", f"--workdir={trained}",
+                                         *self.CHAR_FLAGS])
+        self.assertEqual(code, 0, stderr)
+
+        def damaged(name, checkpoints):
+            """A copy of the trained run whose checkpoints/ is removed or a file."""
+            chars = root / name
+            shutil.rmtree(chars, ignore_errors=True)
+            shutil.copytree(trained, chars)
+            shutil.rmtree(chars / "checkpoints")
+            if checkpoints == "a file":
+                (chars / "checkpoints").write_text("not a folder\n")
+            return chars, [f"--char_output_on={base}", f"--workdir={chars}", *self.CHAR_FLAGS]
+
+        with self.subTest(checkpoints="removed"):
+            chars, args = damaged("chars_no_checkpoints", "removed")
+            before = snapshot(chars)
+            self.assertTrue({"model.keras", "history.json", "results.json", "steps.jsonl"}
+                            <= set(before))
+            code, stderr = train_in_process(args)
+            self.assertEqual(code, 1, stderr)
+            self.assertIn(f"FATAL {chars} holds a trained run (history.json, model.keras, "
+                          f"results.json) but no checkpoint to resume it from ({chars}/"
+                          f"checkpoints is missing or empty). Training again would replace its "
+                          f"results: pass --restart", stderr)
+            self.assertNotIn("Traceback", stderr)
+            self.assertEqual(snapshot(chars), before)
+        for extra in ([], ["--restart"]):  # named before training, with --restart too
+            with self.subTest(checkpoints="a file", extra=extra):
+                chars, args = damaged("chars_checkpoints_file", "a file")
+                before = snapshot(chars)
+                code, stderr = train_in_process([*args, *extra])
+                self.assertEqual(code, 1, stderr)
+                self.assertIn(f"FATAL {chars}/checkpoints is not a folder: expected the run's "
+                              f"checkpoints folder. Move it away (a run without checkpoints "
+                              f"starts again only with --restart).", stderr)
+                self.assertNotIn("Traceback", stderr)
+                self.assertEqual(snapshot(chars), before)
+        with self.subTest(checkpoints="removed", extra=["--restart"]):
+            # --restart moves the previous run aside, whole, and trains again from scratch.
+            chars, args = damaged("chars_restarted", "removed")
+            before = snapshot(chars)
+            code, stderr = train_in_process([*args, "--restart"])
+            self.assertEqual(code, 0, stderr)
+            previous = snapshot(chars / "previous_run_1")
+            for name in ("model.keras", "history.json", "results.json", "steps.jsonl"):
+                self.assertEqual(previous[name], before[name], name)
+            self.assertEqual(snapshot(chars)["char_output.json"], before["char_output.json"])
+            self.assertTrue((chars / "checkpoints").is_dir())
+            history = json.loads((chars / "history.json").read_text())
+            self.assertEqual([record["epoch"] for record in history], [1])
+
+    def test_a_base_run_still_training_or_with_a_damaged_config_is_refused(self):
+        base = self.copy_run("training_base")
+        before = snapshot(base)
+        root = Path(self.get_temp_dir())
+        chars, gate = root / "chars_on_training", root / "gate_on_training"
+        with run_setup.workdir_lock(base):
+            for flag, target, message in [
+                ("char_output_on", chars,
+                 rf"FATAL {base} is still training \(pid {os.getpid()} holds {base}/.lock\), "
+                 rf"and its model.keras is replaced at every improving validation. Wait for it "
+                 rf"to end before training a character output on its model."),
+                ("input_output_gate_on", gate,
+                 rf"--input_output_gate_on={base}: {base} is still training \(pid "
+                 rf"{os.getpid()} holds {base}/.lock\), and its model.keras is replaced at every "
+                 rf"improving validation. Wait for it to end"),
+            ]:
+                with self.subTest(flag=flag, base="training"):
+                    code, stderr = train_in_process([f"--{flag}={base}", f"--workdir={target}",
+                                                     *(self.CHAR_FLAGS if target == chars
+                                                       else ["--verbose=0"])])
+                    self.assertEqual(code, 1, stderr)
+                    self.assertRegex(stderr, message)
+                    self.assertNotIn("Traceback", stderr)
+                    self.assertFalse(target.exists())
+            self.assertEqual(snapshot(base), {**before, ".lock": f"{os.getpid()}\n".encode()})
+        self.assertEqual(snapshot(base), before)
+        (base / "config.json").write_text("")
+        before = snapshot(base)
+        chars, gate = root / "chars_on_damaged", root / "gate_on_damaged"
+        expected = (rf"{base}/config.json is not a training run's config \(JSONDecodeError: "
+                    rf"Expecting value: line 1 column 1 \(char 0\)\); restore it from a backup")
+        for flag, target, prefix in [("char_output_on", chars, "FATAL "),
+                                     ("input_output_gate_on", gate,
+                                      f"--input_output_gate_on={base}: ")]:
+            with self.subTest(flag=flag, base="damaged config.json"):
+                code, stderr = train_in_process([f"--{flag}={base}", f"--workdir={target}",
+                                                 "--verbose=0"])
+                self.assertEqual(code, 1, stderr)
+                self.assertRegex(stderr, re.escape(prefix) + expected)
+                self.assertNotIn("Traceback", stderr)
+                self.assertFalse(target.exists())
+        self.assertEqual(snapshot(base), before)
 
 
 class InterruptTest(tf.test.TestCase):

@@ -97,7 +97,7 @@ def _main(argv):
                    verbose=FLAGS.verbose, restart=FLAGS.restart)
     try:
         if chars:
-            char_output_flags.train(config, FLAGS.workdir, FLAGS.verbose)
+            char_output_flags.train(config, FLAGS.workdir, FLAGS.verbose, FLAGS.restart)
         elif FLAGS.compare_baseline:
             results = comparison.compare_with_baseline(config, FLAGS.workdir, **options)
             print(comparison.format_comparison(results), flush=True)

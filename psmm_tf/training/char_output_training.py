@@ -44,6 +44,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from psmm_tf import gradients
 from psmm_tf import workdir as run_files
@@ -146,10 +147,14 @@ def load_base(config):
     """The base run (`TrainedRun`) and its splits as `_Data`, spelled for the output layer.
 
     Raises:
-        RunLoadError: the base run cannot be loaded (naming what), or it is itself a run that
-            wraps another model.
+        RunLoadError: the base run cannot be loaded (naming what), it is still training (naming
+            the pid holding its lock: its model.keras is replaced at every improving
+            validation), or it is itself a run that wraps another model.
     """
     base = Path(config.base_workdir)
+    run_setup.check_not_training(
+        base, "Wait for it to end before training a character output on its model.",
+        error=RunLoadError)
     if (base / run_files.CONFIG_FILE).is_file() and not (base / run_files.MODEL_FILE).is_file():
         # A run killed before its first validation: the frozen model is its model.keras only.
         raise RunLoadError(
@@ -382,9 +387,14 @@ def make_train_step(model, optimizer, clip_norm):
     return train_step
 
 
-def run(config, workdir, verbose=1):
+def run(config, workdir, verbose=1, restart=False):
     """Trains `config`'s character output layer in `workdir` (resuming a run there), in the
     training engine of every run (`train_lib.drive`).
+
+    `restart` (psmm-train --restart) starts the run again from scratch, as for any run: its
+    training outputs (checkpoints, model.keras, history, steps, results, TensorBoard) are moved
+    into `workdir/previous_run_<N>/` once the run is validated. Without it, a workdir whose
+    trained run has lost its checkpoints is refused (training again would replace its results).
 
     Returns:
         dict: `epochs`, `best_epoch`, `valid` and `test` (`evaluate_char_output` of the best
@@ -392,13 +402,15 @@ def run(config, workdir, verbose=1):
         records, without validation). Also written to `workdir/results.json`.
 
     Raises:
-        RunLoadError: the base run cannot be loaded.
-        run_setup.RunRefusedError: `workdir` holds a run of another config.
+        RunLoadError: the base run cannot be loaded, or it is still training.
+        run_setup.RunRefusedError: `workdir` holds a run of another config, a trained run
+            without checkpoints (without `restart`), or an entry of the wrong kind (e.g. a
+            file `checkpoints`); nothing is written there then.
         train_lib.NonFiniteLossError: the loss became NaN or infinite (the last checkpoint is
             kept).
     """
     workdir = Path(workdir)
-    return train_lib.drive(lambda: _CharOutputRun(config, workdir, verbose), workdir)
+    return train_lib.drive(lambda: _CharOutputRun(config, workdir, verbose, restart), workdir)
 
 
 class _CharOutputRun:
@@ -408,13 +420,23 @@ class _CharOutputRun:
     checkpoint keys (one checkpoint per finished epoch) and reports (steps.jsonl, TensorBoard,
     history.json)."""
 
-    def __init__(self, config, workdir, verbose):
+    def __init__(self, config, workdir, verbose, restart=False):
         self.config, self.workdir = config, workdir
-        config_path = _check_workdir(config, workdir)
+        config_path = _check_workdir(config, workdir, restart)
         base_run, self.splits = load_base(config)
         base_config = base_run.config
         self.batch_size = config.batch_size or base_config.train.batch_size
         self.num_predicted = config.num_predicted or base_config.train.num_predicted
+        if next(_training_windows(self.splits["train"], self.batch_size, self.num_predicted),
+                None) is None:
+            raise run_setup.RunRefusedError(
+                f"The training split of {config.base_workdir} ({len(self.splits['train'].ids)} "
+                f"tokens) holds no window of batch_size x num_predicted = {self.batch_size} x "
+                f"{self.num_predicted} tokens; give a smaller --batch_size or --num_predicted.")
+        if restart:  # validated: nothing is moved for a refused start
+            moved = run_files.move_training_outputs(workdir)
+            if moved is not None:
+                logging.warning("--restart: the previous run's files were moved into %s.", moved)
         self.eval_length = base_config.train.eval_length
         self.same_valid_and_test = base_config.data.test_split == base_config.data.valid_split
         keras.utils.set_random_seed(config.seed)
@@ -430,12 +452,6 @@ class _CharOutputRun:
         self.manager = checkpointing.make_manager(checkpoint,
                                                   workdir / run_files.CHECKPOINT_DIR, 2)
         self.history = self._restore(checkpoint)
-        if next(_training_windows(self.splits["train"], self.batch_size, self.num_predicted),
-                None) is None:
-            raise run_setup.RunRefusedError(
-                f"The training split of {config.base_workdir} ({len(self.splits['train'].ids)} "
-                f"tokens) holds no window of batch_size x num_predicted = {self.batch_size} x "
-                f"{self.num_predicted} tokens; give a smaller --batch_size or --num_predicted.")
         run_files.write_text_atomic(config_path, config.to_json())
         self.train_step = make_train_step(self.model, self.optimizer, config.clip_norm)
         self.read = make_reader(self.model.base_model)
@@ -547,13 +563,20 @@ class _CharOutputRun:
                                     self.config.max_eval_tokens)
 
 
-def _check_workdir(config, workdir):
-    """Refuses a workdir holding a training run, or a character-output run of another config
-    (its epochs may grow and its corpus may have moved); returns the config file's path."""
+def _check_workdir(config, workdir, restart=False):
+    """Refuses a workdir holding a training run, a character-output run of another config
+    (its epochs may grow and its corpus may have moved), or one a run could not resume
+    (`run_setup.check_resumable`: a file `checkpoints`, or without `restart` a trained run
+    without checkpoints); returns the config file's path.
+
+    Raises:
+        run_setup.RunRefusedError: naming the file; nothing is written.
+    """
     if (workdir / run_files.CONFIG_FILE).exists():
         raise run_setup.RunRefusedError(
             f"{workdir} holds a training run ({run_files.CONFIG_FILE}); a character-output run "
             f"needs a folder of its own (its base run is only read).")
+    run_setup.check_resumable(workdir, restart)
     config_path = workdir / run_files.CHAR_OUTPUT_CONFIG_FILE
     if config_path.is_file():
         try:

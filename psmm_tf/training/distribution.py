@@ -12,14 +12,29 @@ import tensorflow as tf
 
 
 def rows_per_replica(global_batch_size, strategy):
-    """`B / N`; raises ValueError when the batch does not split evenly."""
+    """`B / N`; raises ValueError (naming --batch_size) when the batch does not split evenly.
+    A run checks it before anything is written (`run_setup.prepare_workdir`)."""
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
         raise ValueError(
-            f"batch_size={global_batch_size} must be a multiple of the number of replicas "
-            f"({replicas}): every replica owns the same number of streams."
+            f"batch_size={global_batch_size} (--batch_size) must be a multiple of the number "
+            f"of replicas ({replicas}): every replica owns the same number of streams."
         )
     return global_batch_size // replicas
+
+
+def mirrored_replicas(logical_cpus=0):
+    """`(N, devices)`: the replicas `make_strategy("mirrored", logical_cpus)` makes, and the
+    devices they are in words, read before it is made (no device is initialised).
+
+    Every local GPU; without one, the `logical_cpus` CPU devices, or the one CPU.
+    """
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    if gpus:
+        return gpus, f"{gpus} local GPU{'s' if gpus > 1 else ''}"
+    if logical_cpus:
+        return logical_cpus, f"--logical_cpus={logical_cpus} CPU devices"
+    return 1, "the one CPU"
 
 
 def replica_rows(nested, rows, replica_id):

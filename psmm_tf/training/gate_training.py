@@ -18,7 +18,7 @@ train_lib.run(config, "/runs/ptb_psmm_gate")   # psmm-evaluate --workdir=/runs/p
 from pathlib import Path
 
 from psmm_tf import workdir as run_files
-from psmm_tf.configs import ExperimentConfig
+from psmm_tf.training import run_setup
 
 
 def input_output_gate_config(base_workdir, embedding_dim=300, dropout=0.5, learning_rate=1e-3,
@@ -46,7 +46,10 @@ def input_output_gate_config(base_workdir, embedding_dim=300, dropout=0.5, learn
 
     Raises:
         FileNotFoundError: `base_workdir` lacks one of the three files.
-        ValueError: the base run is itself an input-to-output gate run, or a bad value.
+        ValueError: the base run is itself an input-to-output gate run, its config.json is
+            damaged (naming it, as `workdir.load_config`), it is still training (a
+            `run_setup.RunRefusedError` naming it and the pid holding its lock), or a bad
+            value.
     """
     base_workdir = Path(base_workdir).absolute()
     for name in (run_files.CONFIG_FILE, run_files.VOCAB_FILE, run_files.MODEL_FILE):
@@ -55,7 +58,11 @@ def input_output_gate_config(base_workdir, embedding_dim=300, dropout=0.5, learn
                 f"{base_workdir} has no {name}: the input-to-output gate needs a trained run "
                 f"(config.json, vocab.txt and model.keras, which is written after the first "
                 f"epoch's validation).")
-    base = ExperimentConfig.from_json((base_workdir / run_files.CONFIG_FILE).read_text())
+    run_setup.check_not_training(
+        base_workdir, "Wait for it to end before training a gate on its model, or train the "
+        "gate on a copy of the run (its config.json, vocab.txt and model.keras) kept "
+        "elsewhere.")
+    base = run_files.load_config(base_workdir)
     if base.model.base_model is not None:
         raise ValueError(
             f"{base_workdir} is already an input-to-output gate run (on "

@@ -84,11 +84,16 @@ def prepare_workdir(config, workdir, strategy, restart=False):
     Raises:
         RunRefusedError (a ValueError): the workdir holds a run with another config or another
             vocabulary, or the corpus is missing, unreadable or too short for the config, or
-            `model.base_model` has no `vocab.txt` of its run beside it.
+            `model.base_model` has no `vocab.txt` of its run beside it, or the strategy's
+            replicas cannot share `train.batch_size` evenly.
     """
     workdir = Path(workdir)
     chief = distribution.is_chief(strategy)
-    _check_resumable(workdir, restart)
+    try:  # the replicas of a multi-worker strategy are known only once it runs
+        distribution.rows_per_replica(config.train.batch_size, strategy)
+    except ValueError as err:
+        raise RunRefusedError(str(err)) from None
+    check_resumable(workdir, restart)
     config_path = workdir / run_files.CONFIG_FILE
     vocab_path = workdir / run_files.VOCAB_FILE
     stored = None
@@ -151,8 +156,21 @@ def prepare_workdir(config, workdir, strategy, restart=False):
     return config, corpus
 
 
-def _check_resumable(workdir, restart):
-    """Refuses a workdir whose trained run cannot be resumed (its checkpoints are gone)."""
+def check_resumable(workdir, restart=False):
+    """Refuses a workdir whose run cannot be resumed, before anything is written there.
+
+    Args:
+        workdir: str or path. The run's folder (it may not exist yet).
+        restart: bool. The caller moves the run's training outputs aside first
+            (`workdir.move_training_outputs`): a run without checkpoints is then allowed.
+
+    Raises:
+        RunRefusedError: one of the run's entries is of the wrong kind (e.g. a file
+            `checkpoints`), naming it; or (without `restart`) the workdir holds a trained run
+            (history.json, model.keras or results.json) but no checkpoint, or a history.json or
+            steps.jsonl that a resume could not append to.
+    """
+    workdir = Path(workdir)
     checkpoints = workdir / run_files.CHECKPOINT_DIR
     wrong = run_files.misplaced_entries(workdir)
     if wrong:
@@ -374,6 +392,22 @@ def lock_holder(workdir):
     finally:
         os.close(fd)  # releases the shared lock, if taken
     return None
+
+
+def check_not_training(run_dir, advice, error=RunRefusedError):
+    """Refuses to read a run's model.keras while the run still trains (`lock_holder`: another
+    process holds `<run_dir>/.lock`), as it is replaced at every improving validation. Reads
+    only: the lock file is neither created nor changed.
+
+    Raises:
+        `error`: naming `run_dir`, the pid and the lock file; `advice` ends the message.
+    """
+    holder = lock_holder(run_dir)
+    if holder is not None:
+        raise error(
+            f"{run_dir} is still training (pid {holder} holds {Path(run_dir) / run_files.LOCK_FILE}"
+            f"), and its {run_files.MODEL_FILE} is replaced at every improving validation. "
+            f"{advice}")
 
 
 def _init_model_file(path):
