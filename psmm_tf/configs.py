@@ -30,6 +30,11 @@ OPTIMIZERS = ("sgd", "adam")
 # Keras dtype policies a run may train under: float32, or float32 variables with 16-bit compute.
 PRECISION_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 SPLITS = ("train", "valid", "test")
+# The fewest characters per word (`ModelConfig.max_word_length`, begin and end markers
+# included) a model that spells words can read: the widest convolution of the character CNN
+# (`psmm_tf.layers.char_cnn.DEFAULT_FILTERS`: 5) must fit in a spelling. Below 3 a spelling holds
+# no character at all (2 spells every word as [begin, end]; 1 cannot hold both markers).
+MIN_WORD_LENGTH = 5
 
 
 def _check_choice(name, value, choices):
@@ -245,6 +250,11 @@ class ModelConfig:
         _check_choice("input_embedding", self.input_embedding, INPUT_EMBEDDINGS)
         check_positive_ints(self, ("vocab_size", "embedding_dim", "hidden_dim", "num_layers",
                                    "window_size", "num_sampled", "max_word_length"))
+        if self.max_word_length < MIN_WORD_LENGTH:
+            raise ValueError(
+                f"max_word_length must be >= {MIN_WORD_LENGTH} (characters per spelled word, "
+                f"its begin and end markers included: the character CNN's widest filter is "
+                f"{MIN_WORD_LENGTH}), got {self.max_word_length}.")
         for name in ("input_dropout", "hidden_dropout", "output_dropout", "zoneout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -363,6 +373,9 @@ class TrainConfig:
                                    "eval_batch_size", "eval_length", "checkpoint_every_steps",
                                    "keep_checkpoints"), optional=("steps_per_epoch",
                                                                   "max_eval_tokens"))
+        if self.max_eval_tokens is not None and self.max_eval_tokens < 2:
+            raise ValueError(f"max_eval_tokens must be >= 2 (a word to read and one to "
+                             f"predict), got {self.max_eval_tokens!r}.")
         for name in ("warmup_steps", "pointer_warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -433,6 +446,10 @@ class DataConfig:
         for name in ("train_split", "valid_split", "test_split"):
             _check_choice(name, getattr(self, name), SPLITS)
         check_positive_ints(self, ("min_count",), optional=("max_vocab_size",))
+        if (not isinstance(self.synthetic_seed, int) or isinstance(self.synthetic_seed, bool)
+                or self.synthetic_seed < 0):
+            raise ValueError(f"synthetic_seed must be an integer >= 0 (the seed of the "
+                             f"synthetic corpus's generator), got {self.synthetic_seed!r}.")
         if self.max_vocab_size is not None and self.max_vocab_size < 3:
             raise ValueError(f"max_vocab_size must be >= 3 (<unk>, <eos> and at least one "
                              f"word), got {self.max_vocab_size}.")

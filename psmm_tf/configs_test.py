@@ -64,6 +64,30 @@ class ConfigTest(tf.test.TestCase):
             with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
                 configs.TrainConfig(**{field: value})
 
+    def test_edge_values_are_refused_naming_the_field(self):
+        for make, message in [
+            (lambda: configs.TrainConfig(max_eval_tokens=1),
+             r"max_eval_tokens must be >= 2 \(a word to read and one to predict\), got 1"),
+            (lambda: configs.DataConfig(synthetic_seed=-1),
+             r"synthetic_seed must be an integer >= 0 .*, got -1"),
+            (lambda: configs.DataConfig(synthetic_seed=True), r"synthetic_seed must be"),
+            (lambda: configs.get_preset("tiny").replace(train={"max_eval_tokens": 1}),
+             r"max_eval_tokens must be >= 2"),
+        ] + [(lambda n=n: configs.ModelConfig(max_word_length=n),
+              rf"max_word_length must be >= 5 \(characters per spelled word, its begin and end "
+              rf"markers included: the character CNN's widest filter is 5\), got {n}")
+             for n in (1, 2, 3, 4)]:
+            with self.subTest(message=message), self.assertRaisesRegex(ValueError, message):
+                make()
+        self.assertEqual(configs.TrainConfig(max_eval_tokens=2).max_eval_tokens, 2)
+        self.assertEqual(configs.DataConfig(synthetic_seed=0).synthetic_seed, 0)
+        self.assertEqual(configs.ModelConfig(max_word_length=5).max_word_length, 5)
+
+    def test_the_shortest_word_length_fits_the_character_cnn(self):
+        from psmm_tf.layers.char_cnn import DEFAULT_FILTERS
+
+        self.assertEqual(configs.MIN_WORD_LENGTH, max(width for width, _ in DEFAULT_FILTERS))
+
 
 if __name__ == "__main__":
     tf.test.main()

@@ -37,6 +37,8 @@ class ConfigFlag:
 # name -> (predicate on a given value, message of absl's "flag --name=value: <message>").
 CHECKS = {
     "positive": (lambda v: v >= 1, "must be an integer >= 1."),
+    "eval_tokens": (lambda v: v >= 2,
+                    "must be an integer >= 2 (a word to read and one to predict)."),
     "non_negative": (lambda v: v >= 0, "must be an integer >= 0."),
     "finite_positive": (lambda v: 0 < v < math.inf, "must be a finite number > 0."),
     "finite_non_negative": (lambda v: 0 <= v < math.inf, "must be a finite number >= 0."),
@@ -138,7 +140,7 @@ CONFIG_FLAGS = (
     _F("checkpoint_every_steps", ("train.checkpoint_every_steps",),
        "Steps between checkpoints.", "positive"),
     _F("max_eval_tokens", ("train.max_eval_tokens",),
-       "Evaluate on at most this many tokens per split.", "positive"),
+       "Evaluate on at most this many tokens per split (>= 2).", "eval_tokens"),
     _F("eval_batch_size", ("train.eval_batch_size",), "Streams of the evaluation (1: exact).",
        "positive"),
     _F("init_from", ("train.init_from",), "Fine-tune: start from the weights and vocabulary of "
@@ -344,7 +346,10 @@ def check_combination(config, flag_values):
 
     A real corpus needs --data_dir; the synthetic corpus is generated, so a --data_dir with it
     is refused (nothing is ever written into a data folder); flags the chosen corpus would
-    ignore are refused rather than dropped; a recompute context must lie inside the window.
+    ignore are refused rather than dropped, and so are flags the model or its training would
+    not read (`_refuse_unused_model_flags`); a recompute context must lie inside the window;
+    --tfds_data_dir must lie outside --data_dir; --strategy=mirrored's replicas must share
+    --batch_size evenly.
     """
     f, data = flag_values, config.data
     if config.train.init_from is not None and f["compare_baseline"].value:
@@ -380,11 +385,92 @@ def check_combination(config, flag_values):
         if f[spec.name].present and config.model.kind not in spec.kinds:
             raise ValueError(f"--{spec.name} is a setting of --model={'|'.join(spec.kinds)}, "
                              f"not of --model={config.model.kind}.")
+    _refuse_unused_model_flags(config, f)
     train = config.train
     if (train.pointer_memory == "recompute" and train.context_length is not None
             and train.context_length >= config.model.window_size):
         raise ValueError(f"--context_length={train.context_length} must be < --window_size="
                          f"{config.model.window_size}: the pointer never reaches further back.")
+    if data.tfds_data_dir is not None and data.data_dir is not None:
+        from psmm_tf.data import tfds_corpus
+
+        tfds_corpus.check_tfds_data_dir_apart(data.tfds_data_dir, data.data_dir)
+    _check_replicas(config, f)
+
+
+def _kinds(predicate):
+    """The registered model kinds whose task class satisfies `predicate`, as "a|b"."""
+    return "|".join(k for k in registry.model_kinds() if predicate(registry.model_class(k)))
+
+
+def _has_pointer(model_class):
+    return bool(getattr(model_class, "has_pointer", False))
+
+
+def _has_sentinel_gate(model_class):
+    # Only a sentinel gate is calibrated (`train_lib`'s finish: `has_sentinel_pointer`); its
+    # model class is the one that can take a calibration (`set_gate_calibration`).
+    return _has_pointer(model_class) and hasattr(model_class, "set_gate_calibration")
+
+
+def _refuse_unused_model_flags(config, f):
+    """Refuses a flag the user gave (`present`; a preset's value is never refused) that the
+    resolved model or training scheme would not read. With --compare_baseline the flags serve
+    `config`'s model and the LSTM baseline; the baseline reads no pointer flag, so they are
+    judged on `config`'s model kind, which is also what they are judged on without it."""
+    model, train = config.model, config.train
+    if f["context_length"].present and train.pointer_memory != "recompute":
+        raise ValueError(
+            f"--context_length is only used with --pointer_memory=recompute (C, the context "
+            f"recomputed in each window), not --pointer_memory={train.pointer_memory}, whose "
+            f"windows read the previous window's states as a memory instead (C = 0).")
+    if f["num_sampled"].present and model.softmax == "full":
+        raise ValueError("--num_sampled is only used with --softmax=sampled|cnn, not "
+                         "--softmax=full, which scores the whole vocabulary.")
+    if f["char_cnn_clip_norm"].present and model.input_embedding != "chars":
+        raise ValueError(
+            f"--char_cnn_clip_norm is only used with --input_embedding=chars (it clips the "
+            f"character CNN's variables), not --input_embedding={model.input_embedding}.")
+    model_class = registry.model_class(model.kind)
+    given = [f"--{name}" for name in ("pointer_clip_norm", "pointer_warmup_steps",
+                                      "pointer_loss_weight") if f[name].present]
+    if given and not _has_pointer(model_class):
+        raise ValueError(
+            f"{', '.join(given)} {'is a setting' if len(given) == 1 else 'are settings'} of "
+            f"a model with a pointer (--model={_kinds(_has_pointer)}), not of --model="
+            f"{model.kind}, which has none.")
+    if f["calibrate_gate"].present and not _has_sentinel_gate(model_class):
+        raise ValueError(
+            f"--calibrate_gate is a setting of a model with a sentinel gate (--model="
+            f"{_kinds(_has_sentinel_gate)}), not of --model={model.kind}, which has no sentinel "
+            f"gate to calibrate.")
+
+
+def _check_replicas(config, f):
+    """Refuses --logical_cpus without --strategy=mirrored, and a --batch_size that
+    --strategy=mirrored's replicas cannot share evenly (each
+    replica owns B / N streams), before any data is read (`distribution.rows_per_replica`
+    refuses it again at the start of every run, a multi-worker one included)."""
+    if "strategy" not in f:
+        return
+    if f["strategy"].value != "mirrored":
+        if f["logical_cpus"].present:
+            raise ValueError(f"--logical_cpus is only used with --strategy=mirrored (the CPU "
+                             f"devices it mirrors over without a GPU), not --strategy="
+                             f"{f['strategy'].value}.")
+        return
+    from psmm_tf.training import distribution
+
+    replicas, devices = distribution.mirrored_replicas(f["logical_cpus"].value)
+    batch_size = config.train.batch_size
+    if batch_size % replicas:
+        lower = batch_size - batch_size % replicas
+        hint = " or ".join(f"--batch_size={n}" for n in (lower, lower + replicas) if n)
+        preset = "" if f["batch_size"].present else " (the preset's)"
+        raise ValueError(
+            f"--batch_size={batch_size}{preset} is not a multiple of the {replicas} replicas "
+            f"of --strategy=mirrored ({devices}): every replica owns the same number of "
+            f"streams (batch rows). Give {hint}.")
 
 
 def define_gate_flags(flag_values, module_name):

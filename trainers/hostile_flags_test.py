@@ -139,6 +139,63 @@ class FlagSweepTest(tf.test.TestCase):
         self.assertFalse(workdir.exists())
         self.assertEqual(snapshot(corpus), before)
 
+    def test_flags_the_run_would_not_read_and_edge_values_are_refused_writing_nothing(self):
+        root = Path(self.get_temp_dir())
+        corpus = write_text_corpus(root / "flag_corpus")
+        before = snapshot(corpus)
+        # A short run, so that a case no longer refused ends soon (exit 0) instead of training
+        # the small preset; the case's own flags come after these and win.
+        quick = ["--preset=tiny", "--epochs=1", "--steps_per_epoch=2", "--max_eval_tokens=50",
+                 "--verbose=0"]
+        for index, (args, message) in enumerate([
+            # Flags the model or its training would not read (silent before: exit 0).
+            (["--context_length=3"], r"--context_length is only used with --pointer_memory="
+                                     r"recompute .*, not --pointer_memory=cache"),
+            (["--num_sampled=64"], r"--num_sampled is only used with --softmax=sampled\|cnn, "
+                                   r"not --softmax=full"),
+            (["--char_cnn_clip_norm=2"], r"--char_cnn_clip_norm is only used with "
+                                         r"--input_embedding=chars .*, not --input_embedding=ids"),
+            (["--model=lstm", "--pointer_clip_norm=0.5", "--pointer_warmup_steps=10"],
+             r"--pointer_clip_norm, --pointer_warmup_steps are settings of a model with a "
+             r"pointer \(--model=psmm\|pointer_softmax\), not of --model=lstm, which has none"),
+            (["--model=lstm", "--compare_baseline", "--pointer_loss_weight=1"],
+             r"--pointer_loss_weight is a setting of a model with a pointer"),
+            (["--model=lstm", "--nocalibrate_gate"],
+             r"--calibrate_gate is a setting of a model with a sentinel gate \(--model=psmm\), "
+             r"not of --model=lstm"),
+            (["--model=pointer_softmax", "--calibrate_gate"],
+             r"--calibrate_gate is a setting .* not of --model=pointer_softmax"),
+            # Raw traceback from rows_per_replica before, after reading data, building the model
+            # (mirrored uses the GPUs where there are: their count is the machine's).
+            *([(["--strategy=mirrored", "--logical_cpus=2", "--batch_size=3"],
+                r"--batch_size=3 is not a multiple of the 2 replicas of --strategy=mirrored "
+                r"\(--logical_cpus=2 CPU devices\): every replica owns the same number of "
+                r"streams \(batch rows\). Give --batch_size=2 or --batch_size=4")]
+              if not tf.config.list_physical_devices("GPU") else []),
+            (["--logical_cpus=2"], r"--logical_cpus is only used with --strategy=mirrored "
+                                   r".*, not --strategy=default"),
+            # TFDS prepared the corpus into --data_dir (exit 0) before.
+            (["--dataset=text", f"--data_dir={corpus}", f"--tfds_data_dir={corpus}"],
+             r"tfds_data_dir=.*flag_corpus \(--tfds_data_dir\) is data_dir=.*flag_corpus "
+             r"\(--data_dir\): the prepared TFDS dataset would be written into the corpus "
+             r"folder"),
+            (["--dataset=text", f"--data_dir={corpus}", f"--tfds_data_dir={corpus}/tfds"],
+             r"tfds_data_dir=.*flag_corpus/tfds \(--tfds_data_dir\) is inside data_dir="),
+            # Edge values: a traceback after a trained epoch; a message naming no field.
+            (["--max_eval_tokens=1"], r"flag --max_eval_tokens=1: must be an integer >= 2 "
+                                      r"\(a word to read and one to predict\)"),
+            (["--input_embedding=chars", "--override=model.max_word_length=2"],
+             r"max_word_length must be >= 5 \(characters per spelled word"),
+            (["--override=data.synthetic_seed=-1"], r"synthetic_seed must be an integer >= 0"),
+        ]):
+            with self.subTest(args=args):
+                workdir = root / f"unused_flag_run_{index}"
+                code, stderr = train_in_process([f"--workdir={workdir}", *quick, *args])
+                self.assertEqual(code, 1)
+                self.assertRegex(stderr, message)
+                self.assertFalse(workdir.exists())
+                self.assertEqual(snapshot(corpus), before)
+
 
 class OutOfMemoryTest(tf.test.TestCase):
     def test_a_model_larger_than_memory_is_one_line_and_writes_nothing(self):

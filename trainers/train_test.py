@@ -147,6 +147,30 @@ class FlagsToConfigTest(tf.test.TestCase):
         with flagsaver.flagsaver():
             self.assertIsNone(_parse("--workdir=/tmp/w", "--initial_gate=0").model.initial_gate)
 
+    def test_flags_the_model_reads_are_accepted(self):
+        # The counterparts of FlagSweepTest's unused flags: accepted where they are read, and
+        # a preset's value (small's pointer_warmup_steps=100) never counts as given.
+        for args in [
+            ["--pointer_memory=recompute", "--context_length=3"],
+            ["--softmax=sampled", "--num_sampled=8"], ["--softmax=cnn", "--num_sampled=8"],
+            ["--input_embedding=chars", "--char_cnn_clip_norm=2"],
+            ["--model=pointer_softmax", "--pointer_clip_norm=0.5", "--pointer_loss_weight=1",
+             "--pointer_warmup_steps=5"],
+            ["--compare_baseline", "--pointer_clip_norm=0.5", "--nocalibrate_gate"],
+            ["--model=lstm"], ["--model=lstm", "--compare_baseline"],
+            ["--strategy=mirrored", "--logical_cpus=2", "--batch_size=4"],
+            ["--strategy=mirrored", "--batch_size=3"],  # one device (or a GPU each)
+            ["--dataset=text", "--data_dir=/tmp/corpus", "--tfds_data_dir=/tmp/corpus_tfds"],
+            ["--max_eval_tokens=2"],
+        ]:
+            if "--batch_size=3" in args and tf.config.list_physical_devices("GPU"):
+                continue
+            with self.subTest(args=args), flagsaver.flagsaver():
+                _parse("--workdir=/tmp/w", *args)
+        with flagsaver.flagsaver():
+            self.assertEqual(_parse("--workdir=/tmp/w", "--model=lstm").train.
+                             pointer_warmup_steps, 100)
+
     def test_adam_without_learning_rate_gets_adams_default(self):
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--optimizer=adam")

@@ -76,8 +76,27 @@ def check_readable(files: dict) -> None:
             raise ValueError(f"Corpus file {path} is empty; expected at least one line of text.")
 
 
-def check_tfds_data_dir(tfds_data_dir: Optional[str]) -> None:
-    """Refuses a `tfds_data_dir` that is not a folder, or that cannot hold a new dataset.
+def check_tfds_data_dir_apart(tfds_data_dir: Optional[str], data_dir=None) -> None:
+    """Refuses a `tfds_data_dir` that is `data_dir` or inside it: TFDS would write the prepared
+    dataset into the corpus folder, which is only read. Writes nothing; None is not checked.
+
+    Raises:
+        ValueError: naming both (`--tfds_data_dir` and `--data_dir`).
+    """
+    if tfds_data_dir is None or data_dir is None:
+        return
+    tfds_path, data_path = Path(tfds_data_dir).resolve(), Path(data_dir).resolve()
+    if tfds_path == data_path or data_path in tfds_path.parents:
+        where = "is" if tfds_path == data_path else "is inside"
+        raise ValueError(
+            f"tfds_data_dir={tfds_data_dir} (--tfds_data_dir) {where} data_dir={data_dir} "
+            f"(--data_dir): the prepared TFDS dataset would be written into the corpus folder, "
+            f"which is only read; give a --tfds_data_dir outside it (or none: TFDS's default).")
+
+
+def check_tfds_data_dir(tfds_data_dir: Optional[str], data_dir=None) -> None:
+    """Refuses a `tfds_data_dir` that is not a folder, or that cannot hold a new dataset, or
+    that is `data_dir` (the corpus folder, only read) or inside it (`check_tfds_data_dir_apart`).
 
     The nearest existing folder of the path must be writable: a missing folder is made by
     TFDS when it prepares the first dataset there. None (TFDS's default) is not checked.
@@ -85,9 +104,11 @@ def check_tfds_data_dir(tfds_data_dir: Optional[str]) -> None:
     Raises:
         NotADirectoryError: the path, or a part of it, is not a folder.
         PermissionError: the folder (or its nearest existing parent) is not writable.
+        ValueError: the path is `data_dir` or inside it.
     """
     if tfds_data_dir is None:
         return
+    check_tfds_data_dir_apart(tfds_data_dir, data_dir)
     expected = "expected a folder for the prepared TFDS datasets (made if missing)"
     path = Path(tfds_data_dir).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
@@ -113,7 +134,8 @@ def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] =
 
     Raises:
         ValueError, FileNotFoundError: as `source_files` and `check_readable`, before anything
-            is written; FileNotFoundError also for a failed download.
+            is written; FileNotFoundError also for a failed download. ValueError also for a
+            `tfds_data_dir` that is `data_dir` or inside it (`check_tfds_data_dir_apart`).
         NotADirectoryError, PermissionError: as `check_tfds_data_dir`, where the dataset is
             not prepared yet (a prepared one is read from a read-only folder).
     """
@@ -126,6 +148,7 @@ def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] =
             check_tfds_data_dir(tfds_data_dir)
             builder.download_and_prepare()
         return builder
+    check_tfds_data_dir_apart(tfds_data_dir, data_dir)  # even to read: a mistake either way
     files = source_files(dataset, data_dir)
     source = tfds_builders.source_fingerprint(files)
     builder = builder_class(data_dir=tfds_data_dir)
@@ -137,7 +160,7 @@ def prepared_builder(dataset: str, data_dir=None, tfds_data_dir: Optional[str] =
         if builder.is_prepared() and _recorded_source(builder) == source:
             return builder
     check_readable(files)
-    check_tfds_data_dir(tfds_data_dir)
+    check_tfds_data_dir(tfds_data_dir, data_dir)
     try:
         builder.download_and_prepare(
             download_config=tfds.download.DownloadConfig(manual_dir=str(data_dir))

@@ -189,6 +189,32 @@ class TfdsCorpusTest(testing.TestCase):
         self.assertIn("train", tfds_corpus.load_splits("text", self.data,
                                                        str(self.tfds_dir / "new" / "deeper")))
 
+    def test_a_tfds_data_dir_in_the_corpus_folder_is_refused_writing_nothing(self):
+        # --data_dir is only read: TFDS prepared the dataset into <data_dir>/<tfds>/ (exit 0).
+        before = snapshot(self.data)
+        link = self.data.parent / "link_into_corpus"
+        link.symlink_to(self.data / "sub")
+        for tfds_data_dir, where in [(self.data, "is"), (self.data / "tfds", "is inside"),
+                                     (self.data / "a" / "b", "is inside"), (link, "is inside")]:
+            with self.subTest(tfds_data_dir=tfds_data_dir):
+                message = (rf"tfds_data_dir={tfds_data_dir} \(--tfds_data_dir\) {where} "
+                           rf"data_dir={self.data} \(--data_dir\): the prepared TFDS dataset "
+                           rf"would be written into the corpus folder, which is only read")
+                with self.assertRaisesRegex(ValueError, message):
+                    tfds_corpus.load_splits("text", self.data, str(tfds_data_dir))
+                with self.assertRaisesRegex(ValueError, message):
+                    tfds_corpus.load_data_config(configs.DataConfig(
+                        dataset="text", data_dir=str(self.data),
+                        tfds_data_dir=str(tfds_data_dir)))
+                with self.assertRaisesRegex(ValueError, message):
+                    tfds_corpus.check_tfds_data_dir(str(tfds_data_dir), self.data)
+                self.assertEqual(snapshot(self.data), before)
+        # Beside the corpus folder (a sibling whose name starts alike) is fine.
+        beside = self.data.parent / (self.data.name + "_tfds")
+        tfds_corpus.check_tfds_data_dir_apart(str(beside), self.data)
+        self.assertIn("train", tfds_corpus.load_splits("text", self.data, str(beside)))
+        self.assertEqual(snapshot(self.data), before)
+
     def test_text_without_data_dir(self):
         with self.assertRaisesRegex(ValueError, r"dataset='text' needs data_dir"):
             tfds_corpus.load_splits("text", None, str(self.tfds_dir))
