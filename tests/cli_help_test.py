@@ -35,7 +35,7 @@ PROGRAMS = {
     "psmm-train": ("psmm_tf.trainers.train", TRAIN_FLAGS),
     "psmm-evaluate": ("psmm_tf.trainers.evaluate", (
         "workdir", "baseline_workdir", "split", "model_source", "mixed_precision",
-        "output_dir", "data_dir",
+        "[no]trained_gate", "output_dir", "data_dir",
         "tfds_data_dir",
         "max_tokens",
         "batch_size", "length", "num_buckets", "bucket_by", "positions", "num_examples",

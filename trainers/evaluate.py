@@ -43,6 +43,8 @@ flags.DEFINE_enum("model_source", "best", ["best", "latest"], "The run's model t
 flags.DEFINE_enum("mixed_precision", None, list(configs.PRECISION_POLICIES),
                   "Keras dtype policy to score in instead of the run's own (e.g. float32 for a "
                   "run trained under mixed_bfloat16: the same float32 weights).")
+flags.DEFINE_bool("trained_gate", False, "Score PSMM with its gate as trained, without the "
+                  "calibration psmm-train fitted on valid (the paper's model).")
 flags.DEFINE_string("data_dir", None, "Where the corpus files are, if they moved since "
                     "training (real corpora only; read, never written).")
 flags.DEFINE_string("tfds_data_dir", None, "Where the corpus is prepared as a TFDS dataset, if "

@@ -105,6 +105,41 @@ class MixedPrecisionTest(tf.test.TestCase):
         self.assertEqual(snapshot(psmm), before)
 
 
+    def test_a_calibrated_run_scored_with_its_gate_as_trained(self):
+        from psmm_tf.evaluation import evaluate_lib
+        from psmm_tf.evaluation.trained_run import RunLoadError
+
+        psmm, lstm = trained_tiny_run("psmm"), trained_tiny_run("lstm")
+        before = snapshot(psmm)
+        run = load_trained_run(psmm)
+        calibration = run.model.pointer.gate_calibration
+        self.assertIsNotNone(calibration)  # psmm-train's default: fitted on valid
+        ids = run.corpus.ids["valid"]
+        calibrated = Evaluator(run.model, length=11).evaluate(ids, max_tokens=300).perplexity
+        run.model.set_gate_calibration(None)
+        trained = Evaluator(run.model, length=11).evaluate(ids, max_tokens=300).perplexity
+        self.assertNotAlmostEqual(trained, calibrated, places=3)
+        reports = {}
+        for trained_gate in (False, True):
+            out = Path(self.get_temp_dir()) / f"trained_gate_{trained_gate}"
+            lines = evaluate_lib.run_evaluation(psmm, split="valid", output_dir=out,
+                                                max_tokens=300, trained_gate=trained_gate)
+            reports[trained_gate] = json.loads((out / "metrics.json").read_text()), lines
+        (as_calibrated, _), (as_trained, lines) = reports[False], reports[True]
+        self.assertAllClose(as_calibrated["perplexity"], calibrated, rtol=1e-5)
+        self.assertAllClose(as_calibrated["gate_calibration"], list(calibration))
+        self.assertAllClose(as_trained["perplexity"], trained, rtol=1e-5)
+        self.assertIsNone(as_trained["gate_calibration"])
+        self.assertIn("gate: as trained", "\n".join(lines))
+        self.assertEqual(snapshot(psmm), before)  # model.keras keeps its calibration
+        with self.assertRaisesRegex(RunLoadError, r"trained_gate: the model of .* \(lstm\) has "
+                                                  r"no sentinel gate"):
+            from psmm_tf.evaluation import report
+
+            report.evaluation_report(lstm, Path(self.get_temp_dir()) / "lstm", "valid",
+                                     max_tokens=300, trained_gate=True)
+
+
 class RefusedCommandLineTest(tf.test.TestCase):
     """psmm-evaluate's main on refused command lines, all in one new process (its flags share
     names with psmm-train's, imported in this one): one TensorFlow start instead of one per

@@ -21,7 +21,7 @@ CACHE_OPTIONS = ("cache_theta", "cache_lambda", "cache_grid", "cache_thetas", "c
 # Its options that go to `run_evaluation` as they are.
 REPORT_OPTIONS = ("split", "output_dir", "model_source", "baseline_workdir", "data_dir",
                   "tfds_data_dir", "max_tokens", "batch_size", "length", "num_buckets", "bucket_by",
-                  "num_examples", "mixed_precision")
+                  "num_examples", "mixed_precision", "trained_gate")
 
 
 class CommandError(ValueError):

@@ -35,7 +35,8 @@ def _spelling(run, split, ids):
 def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
                       max_tokens=None, batch_size=1, length=None, num_buckets=10,
                       bucket_by="types", positions=None, num_examples=8, cache=None,
-                      model_source="best", tfds_data_dir=None, mixed_precision=None):
+                      model_source="best", tfds_data_dir=None, mixed_precision=None,
+                      trained_gate=False):
     """Evaluates a run on a split and writes the report files into `output_dir`.
 
     Files: `metrics.json` (perplexity, gate statistics, for a sentinel pointer its diagnostics
@@ -66,6 +67,8 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             where the run's config says.
         mixed_precision: optional Keras dtype policy to compute in (run and baseline) instead
             of each run's own (`trained_run.load_trained_run`); named in the metrics.
+        trained_gate: bool. Score a sentinel pointer's gate as trained, without the
+            calibration in its model.keras (`gate_calibration` is then None in the metrics).
 
     Returns:
         dict: the contents of `metrics.json`.
@@ -79,6 +82,12 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             raise RunLoadError(f"output_dir={output_dir} holds a folder {name} where the report "
                                "writes a file; move it away or choose another output_dir.")
     run = load_trained_run(workdir, data_dir, model_source, tfds_data_dir, mixed_precision)
+    if trained_gate:
+        if not pointer_diagnostics.has_sentinel_pointer(run.model):
+            raise RunLoadError(f"trained_gate: the model of {workdir} ({run.config.model.kind}) "
+                               "has no sentinel gate to score as trained; leave --trained_gate "
+                               "out.")
+        run.model.set_gate_calibration(None)
     if split not in run.corpus.ids:
         raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
                            f"has {sorted(run.corpus.ids)}).")
