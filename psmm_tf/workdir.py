@@ -79,6 +79,13 @@ def misplaced_entries(workdir):
     return wrong
 
 
+def run_entries(workdir):
+    """The entries of `workdir` that only a run of its own writes there (config.json,
+    char_output.json and the training outputs, `TRAINING_OUTPUTS`), by name."""
+    return [name for name in (CONFIG_FILE, CHAR_OUTPUT_CONFIG_FILE, *TRAINING_OUTPUTS)
+            if os.path.lexists(Path(workdir) / name)]
+
+
 def evaluation_dir(workdir, split):
     """psmm-evaluate's default report folder for `split`: `<workdir>/evaluation_<split>`."""
     return Path(workdir) / f"evaluation_{split}"

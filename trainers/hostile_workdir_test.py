@@ -320,6 +320,43 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
                     train_lib.run(tiny_config(), workdir, verbose=0)
                 self.assertEqual(snapshot(workdir), before)
 
+    def test_other_epochs_on_a_run_stopped_by_patience_are_refused(self):
+        # Fourth sweep: --epochs=5 on a run the paper's rule had stopped (patience) ran no
+        # epoch, made results.json and model.keras again and recorded max_epochs=5 in
+        # config.json, saying nothing.
+        workdir = Path(self.get_temp_dir()) / "stopped_by_patience"
+        shutil.rmtree(workdir, ignore_errors=True)
+        # A learning rate of 30 makes the second epoch's validation worse: patience=1 stops
+        # the run there, before its max_epochs=3.
+        flags = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
+                 "--steps_per_epoch=6", "--checkpoint_every_steps=6", "--max_eval_tokens=100",
+                 "--patience=1", "--learning_rate=30", "--clip_norm=0.25", "--verbose=0",
+                 f"--workdir={workdir}"]
+        code, stderr = train_in_process([*flags, "--epochs=3"])
+        self.assertEqual(code, 0, stderr[-3000:])
+        history = json.loads((workdir / "history.json").read_text())
+        self.assertEqual([record["improved"] for record in history], [True, False],
+                         "the run was not stopped by patience after epoch 2")
+        before = snapshot(workdir)
+        for epochs in (5, 2):
+            with self.subTest(epochs=epochs):
+                code, stderr = train_in_process([*flags, f"--epochs={epochs}"])
+                self.assertEqual(code, 1, stderr[-3000:])
+                self.assertRegex(stderr, (
+                    rf"FATAL {workdir}'s run was stopped after epoch 2 by the paper's rule: "
+                    rf"patience=1 epoch\(s\) without a new best validation perplexity \(best "
+                    rf"[\d.]+\). --epochs={epochs} \(train.max_epochs; its config.json records 3\) "
+                    rf"cannot change that: .*--patience cannot change on a resume .*The run's "
+                    rf"own --epochs=3 prints its results again; to train on, start a new run "
+                    rf"from its best model: psmm-train --init_from={workdir} --workdir="))
+                self.assertNotIn("Traceback", stderr)
+                self.assertEqual(snapshot(workdir), before)
+        # The run's own command still makes its results again (no epoch is trained).
+        code, stderr = train_in_process([*flags, "--epochs=3"])
+        self.assertEqual(code, 0, stderr[-3000:])
+        self.assertEqual(json.loads((workdir / "results.json").read_text())["epochs"], 2)
+        self.assertEqual((workdir / "history.json").read_bytes(), before["history.json"])
+
     def test_steps_after_the_restored_step_are_dropped(self):
         workdir = Path(self.get_temp_dir()) / "steps_only"
         workdir.mkdir(exist_ok=True)
@@ -374,6 +411,94 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
         self.assertEqual(code, 1)
         self.assertRegex(stderr, r"psmm-export: Config .*kind_preset/config.json is not")
         self.assertEqual(snapshot(workdir), before)
+
+    # The flags of `tiny_config()`, the runs `trained_tiny_run` trains.
+    TINY_FLAGS = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=4000",
+                  "--steps_per_epoch=12", "--epochs=1", "--checkpoint_every_steps=5",
+                  "--max_eval_tokens=300", "--verbose=0"]
+
+    def test_a_comparison_and_a_single_run_are_refused_in_the_other_mode(self):
+        # Fourth sweep: psmm-train without --compare_baseline on a comparison's folder started
+        # a new run beside its two; --compare_baseline on a run's folder nested two runs in it.
+        root = Path(self.get_temp_dir())
+        parent = root / "comparison"
+        shutil.rmtree(parent, ignore_errors=True)
+        parent.mkdir()
+        for kind in ("psmm", "lstm"):  # the runs --compare_baseline trains with these flags
+            shutil.copytree(psmm_testing.trained_tiny_run(kind), parent / kind)
+        single = self.copy_run("single_run")
+        before = {parent: snapshot(parent), single: snapshot(single)}
+        for args, folder, message in [
+            ([f"--workdir={parent}"], parent,
+             f"FATAL {parent} holds a --compare_baseline comparison ({parent}/psmm, {parent}/"
+             f"lstm: a run each), not a run of its own: without --compare_baseline, psmm-train "
+             f"would start a new run beside them. Resume the comparison with psmm-train "
+             f"--compare_baseline --workdir={parent}, or one of its runs with --workdir="
+             f"{parent}/psmm; or give another --workdir."),
+            (["--compare_baseline", f"--workdir={single}"], single,
+             f"FATAL {single} holds a training run (config.json, checkpoints, model.keras, "
+             f"history.json, steps.jsonl, results.json, initial_pointer.npz, tensorboard), not "
+             f"a --compare_baseline comparison: --compare_baseline would start its runs inside "
+             f"it ({single}/psmm, {single}/lstm). Resume the run with psmm-train --workdir="
+             f"{single} without --compare_baseline, or give --compare_baseline another "
+             f"--workdir."),
+        ]:
+            with self.subTest(args=args[0]):
+                code, stderr = train_in_process([*self.TINY_FLAGS, *args])
+                self.assertEqual(code, 1, stderr[-3000:])
+                self.assertIn(message, stderr)
+                self.assertNotIn("Traceback", stderr)
+                self.assertEqual(snapshot(folder), before[folder])
+        with self.subTest(args="--char_output_on"):
+            code, stderr = train_in_process([f"--char_output_on={single}",
+                                             f"--workdir={parent}", "--verbose=0"])
+            self.assertEqual(code, 1, stderr[-3000:])
+            self.assertIn(f"FATAL {parent} holds a --compare_baseline comparison", stderr)
+            self.assertIn("a character-output run needs a folder of its own", stderr)
+            self.assertEqual(snapshot(parent), before[parent])
+        # The command the refusal names resumes the comparison (both runs finished: their
+        # results again).
+        code, stderr = train_in_process([*self.TINY_FLAGS, "--compare_baseline",
+                                         f"--workdir={parent}"])
+        self.assertEqual(code, 0, stderr[-3000:])
+        self.assertEqual(sorted(os.listdir(parent)), ["lstm", "psmm"])
+
+    def test_a_vocabulary_without_its_run_is_refused(self):
+        # Fourth sweep: a new run adopted any vocab.txt in its workdir, --min_count and
+        # --max_vocab_size then ignored (a user's 3-word file: a run of 3 words).
+        root = Path(self.get_temp_dir())
+        for names in (("vocab.txt",), ("vocab.sha256",), ("vocab.txt", "vocab.sha256")):
+            with self.subTest(names=names):
+                workdir = root / f"stray_{'_'.join(names)}"
+                shutil.rmtree(workdir, ignore_errors=True)
+                workdir.mkdir()
+                for name in names:
+                    (workdir / name).write_text("<unk>\n<eos>\nthe\n" if name == "vocab.txt"
+                                                else f"{'0' * 64}  vocab.txt\n")
+                before = snapshot(workdir)
+                files = " and ".join(str(workdir / name) for name in names)
+                them = "them" if len(names) > 1 else "it"
+                message = (f"{files}: {workdir} holds no run for {them} (no config.json, no "
+                           f"checkpoint; a run writes its vocab.txt with its config.json), and a "
+                           f"new run would ")
+                with self.assertRaisesRegex(run_setup.RunRefusedError, re.escape(message)):
+                    train_lib.run(tiny_config(), workdir, verbose=0)
+                self.assertEqual(snapshot(workdir), before)
+                code, stderr = train_in_process([*self.TINY_FLAGS, f"--workdir={workdir}"])
+                self.assertEqual(code, 1, stderr[-3000:])
+                self.assertIn(f"FATAL {message}", stderr)
+                self.assertIn(f"Move {them} out of {workdir}, or give another --workdir.",
+                              stderr)
+                self.assertNotIn("Traceback", stderr)
+                self.assertEqual(snapshot(workdir), before)
+        # A run that lost its config.json resumes from its checkpoints with its own vocabulary
+        # (FailedStartTest.test_lost_config_resumed_with_other_flags_writes_no_config), and the
+        # corrected command of a refused one trains its corpus's vocabulary.
+        (workdir / "vocab.txt").rename(root / "users_vocab.txt")
+        (workdir / "vocab.sha256").unlink()
+        results = train_lib.run(tiny_config(steps_per_epoch=2), workdir, verbose=0)
+        self.assertEqual(results["global_step"], 2)
+        self.assertGreater(len((workdir / "vocab.txt").read_text().split()), 3)
 
     def test_read_only_workdirs_and_folders_are_refused_naming_them(self):
         if os.geteuid() != 0:
@@ -613,6 +738,43 @@ class CharOutputWorkdirTest(psmm_testing.TrainedRunTestCase):
             self.assertTrue((chars / "checkpoints").is_dir())
             history = json.loads((chars / "history.json").read_text())
             self.assertEqual([record["epoch"] for record in history], [1])
+
+    def test_a_character_output_run_without_char_output_on_is_refused(self):
+        # Fourth sweep: psmm-train --workdir=CHARS without --char_output_on built a language
+        # model's run there, then failed restoring CHARS's checkpoints with a message that
+        # called them damaged and advised moving the folder away to start a new run.
+        base = self.copy_run("chars_resume_base")
+        chars = Path(self.get_temp_dir()) / "chars_resumed_plain"
+        shutil.rmtree(chars, ignore_errors=True)
+        code, stderr = train_in_process([f"--char_output_on={base}", f"--workdir={chars}",
+                                         *self.CHAR_FLAGS])
+        self.assertEqual(code, 0, stderr)
+        before = snapshot(chars)
+        tiny = WorkdirSweepTest.TINY_FLAGS  # the flags of the base run itself
+        for args, mode in [([], "a language model's run: without --char_output_on, psmm-train "
+                                "would start one over its files"),
+                           (tiny, "a language model's run: without --char_output_on, psmm-train "
+                                  "would start one over its files"),
+                           ([*tiny, "--compare_baseline"],
+                            "a --compare_baseline comparison: --compare_baseline would start "
+                            "its runs in it"),
+                           ([f"--input_output_gate_on={base}"], "a language model's run")]:
+            with self.subTest(args=args):
+                code, stderr = train_in_process([*args, f"--workdir={chars}"])
+                self.assertEqual(code, 1, stderr[-3000:])
+                self.assertIn(f"FATAL {chars} holds a character-output run ({chars}/"
+                              f"char_output.json), not {mode}", stderr)
+                self.assertIn(f"Resume it with psmm-train --char_output_on={base} --workdir="
+                              f"{chars} (its base run, as char_output.json records, and the "
+                              f"flags it was started with), or give another --workdir.", stderr)
+                self.assertNotIn("Traceback", stderr)
+                self.assertNotIn("damaged", stderr)
+                self.assertEqual(snapshot(chars), before)
+        # The command it names resumes the run (finished: its results again).
+        code, stderr = train_in_process([f"--char_output_on={base}", f"--workdir={chars}",
+                                         *self.CHAR_FLAGS])
+        self.assertEqual(code, 0, stderr[-3000:])
+        self.assertEqual(snapshot(chars)["history.json"], before["history.json"])
 
     def test_a_base_run_still_training_or_with_a_damaged_config_is_refused(self):
         base = self.copy_run("training_base")

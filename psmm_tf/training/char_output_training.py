@@ -576,6 +576,7 @@ def _check_workdir(config, workdir, restart=False):
         raise run_setup.RunRefusedError(
             f"{workdir} holds a training run ({run_files.CONFIG_FILE}); a character-output run "
             f"needs a folder of its own (its base run is only read).")
+    run_setup.check_workdir_holds(workdir, "char_output")  # a --compare_baseline folder
     run_setup.check_resumable(workdir, restart)
     config_path = workdir / run_files.CHAR_OUTPUT_CONFIG_FILE
     if config_path.is_file():

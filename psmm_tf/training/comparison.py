@@ -4,7 +4,7 @@ import dataclasses
 from pathlib import Path
 
 from psmm_tf.models.registry import BASELINE_KIND
-from psmm_tf.training import train_lib
+from psmm_tf.training import run_setup, train_lib
 
 
 def compare_with_baseline(config, workdir, strategy=None, verbose=1, restart=False):
@@ -21,9 +21,16 @@ def compare_with_baseline(config, workdir, strategy=None, verbose=1, restart=Fal
 
     Returns:
         dict kind -> the results dict of `train_lib.run` (model first, then "lstm").
+
+    Raises:
+        run_setup.RunRefusedError: as `train_lib.run`; `workdir` itself holds a run (a single
+            run's config.json or outputs, or a character-output run), before anything is
+            written.
     """
     workdir = Path(workdir)
     kinds = [config.model.kind] + ([BASELINE_KIND] if config.model.kind != BASELINE_KIND else [])
+    # A single run's folder is refused before either run starts inside it.
+    run_setup.check_workdir_holds(workdir, "comparison", kinds)
     results = {}
     for kind in kinds:
         run_config = dataclasses.replace(config, model=dataclasses.replace(config.model,

@@ -22,6 +22,7 @@ from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import corpus_setup
 from psmm_tf.data.pipeline import steps_per_epoch
 from psmm_tf.evaluation import pointer_diagnostics
+from psmm_tf.models.registry import BASELINE_KIND, model_kinds
 from psmm_tf.training import distribution
 
 
@@ -85,7 +86,9 @@ def prepare_workdir(config, workdir, strategy, restart=False):
         RunRefusedError (a ValueError): the workdir holds a run with another config or another
             vocabulary, or the corpus is missing, unreadable or too short for the config, or
             `model.base_model` has no `vocab.txt` of its run beside it, or the strategy's
-            replicas cannot share `train.batch_size` evenly.
+            replicas cannot share `train.batch_size` evenly, or the workdir holds another
+            kind of run (`check_workdir_holds`), or a vocab.txt or vocab.sha256 but no run
+            (no config.json, no checkpoint).
     """
     workdir = Path(workdir)
     chief = distribution.is_chief(strategy)
@@ -93,9 +96,11 @@ def prepare_workdir(config, workdir, strategy, restart=False):
         distribution.rows_per_replica(config.train.batch_size, strategy)
     except ValueError as err:
         raise RunRefusedError(str(err)) from None
+    check_workdir_holds(workdir, "run")
     check_resumable(workdir, restart)
     config_path = workdir / run_files.CONFIG_FILE
     vocab_path = workdir / run_files.VOCAB_FILE
+    _check_vocabulary_has_its_run(workdir)
     stored = None
     if config_path.is_file():
         try:
@@ -154,6 +159,104 @@ def prepare_workdir(config, workdir, strategy, restart=False):
                 f"same settings, or start the new run in another workdir."
             )
     return config, corpus
+
+
+# What `check_workdir_holds` expects a workdir to hold, and the psmm-train mode of each.
+WORKDIR_KINDS = ("run", "comparison", "char_output")
+
+
+def check_workdir_holds(workdir, wanted, kinds=("psmm", "lstm")):
+    """Refuses a workdir that holds another kind of run than psmm-train's mode starts there,
+    before anything is written: a mode would otherwise start a new run beside (or inside) the
+    one there.
+
+    Args:
+        workdir: str or path (it may not exist yet).
+        wanted: one of `WORKDIR_KINDS`: "run" (a language model's run, `train_lib.run`),
+            "comparison" (`--compare_baseline`'s folder of runs, `<workdir>/<kind>/`) or
+            "char_output" (a character-output run, `--char_output_on`).
+        kinds: the model kinds of a comparison's runs (its `<workdir>/<kind>/` folders), for
+            the message of a "comparison" refused.
+
+    Raises:
+        RunRefusedError: naming the folder, what it holds and the command that resumes it.
+    """
+    workdir = Path(workdir)
+    char_config = workdir / run_files.CHAR_OUTPUT_CONFIG_FILE
+    if wanted != "char_output" and os.path.lexists(char_config):
+        if wanted == "run":
+            what = ("a language model's run: without --char_output_on, psmm-train would start "
+                    "one over its files")
+        else:
+            what = "a --compare_baseline comparison: --compare_baseline would start its runs in it"
+        raise RunRefusedError(
+            f"{workdir} holds a character-output run ({char_config}), not {what}. Resume it "
+            f"with psmm-train --char_output_on={_char_output_base(char_config)} --workdir="
+            f"{workdir} (its base run, as {run_files.CHAR_OUTPUT_CONFIG_FILE} records, and the "
+            f"flags it was started with), or give another --workdir.")
+    if wanted == "comparison":
+        entries = run_files.run_entries(workdir)
+        if entries:
+            runs = ", ".join(str(workdir / kind) for kind in kinds)
+            raise RunRefusedError(
+                f"{workdir} holds a training run ({', '.join(entries)}), not a "
+                f"--compare_baseline comparison: --compare_baseline would start its runs "
+                f"inside it ({runs}). Resume the run with psmm-train --workdir={workdir} "
+                f"without --compare_baseline, or give --compare_baseline another --workdir.")
+    elif not os.path.lexists(workdir / run_files.CONFIG_FILE):
+        runs = _comparison_runs(workdir)
+        if runs:
+            mode = ("without --compare_baseline, psmm-train would start a new run beside them"
+                    if wanted == "run" else "a character-output run needs a folder of its own")
+            raise RunRefusedError(
+                f"{workdir} holds a --compare_baseline comparison ({', '.join(map(str, runs))}: "
+                f"a run each), not a run of its own: {mode}. Resume the comparison with "
+                f"psmm-train --compare_baseline --workdir={workdir}, or one of its runs with "
+                f"--workdir={runs[0]}; or give another --workdir.")
+
+
+def _comparison_runs(workdir):
+    """The runs of a `psmm-train --compare_baseline` folder: its `<kind>/` subfolders (a model
+    kind each, e.g. `psmm/` and `lstm/`) that hold a run's config.json, as paths, the baseline
+    last ([] for any other folder)."""
+    kinds = sorted(model_kinds(), key=lambda kind: kind == BASELINE_KIND)
+    return [workdir / kind for kind in kinds if (workdir / kind / run_files.CONFIG_FILE).is_file()]
+
+
+def _char_output_base(path):
+    """The base run a character-output run's char_output.json records ("<its base run>" when
+    it cannot be read)."""
+    try:
+        base = json.loads(Path(path).read_text(encoding="utf-8"))["base_workdir"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return "<its base run>"
+    return base if isinstance(base, str) and base else "<its base run>"
+
+
+def _check_vocabulary_has_its_run(workdir):
+    """Refuses a vocab.txt or vocab.sha256 in a workdir without a run to go with them (no
+    config.json, no checkpoint): a run writes them with its config.json (`write_run_files`),
+    so they are a user's or another run's, which a new run would take instead of the corpus's
+    vocabulary. A run whose config.json was lost resumes from its checkpoints with its own."""
+    workdir = Path(workdir)
+    stray = [workdir / name for name in (run_files.VOCAB_FILE, run_files.VOCAB_HASH_FILE)
+             if os.path.lexists(workdir / name)]
+    if (not stray or os.path.lexists(workdir / run_files.CONFIG_FILE)
+            or checkpoint_paths(workdir / run_files.CHECKPOINT_DIR)):
+        return
+    vocab_path = workdir / run_files.VOCAB_FILE
+    if os.path.lexists(vocab_path):
+        effect = ("a new run would take its words instead of building its vocabulary from the "
+                  "corpus (--min_count, --max_vocab_size)")
+    else:
+        effect = (f"a new run would keep it as its vocabulary's hash, which would not match its "
+                  f"{run_files.VOCAB_FILE}")
+    them = "them" if len(stray) > 1 else "it"
+    raise RunRefusedError(
+        f"{' and '.join(map(str, stray))}: {workdir} holds no run for {them} (no "
+        f"{run_files.CONFIG_FILE}, no checkpoint; a run writes its {run_files.VOCAB_FILE} with "
+        f"its {run_files.CONFIG_FILE}), and {effect}. Move {them} out of {workdir}, or give "
+        f"another --workdir.")
 
 
 def check_resumable(workdir, restart=False):
@@ -252,6 +355,37 @@ def finished_history(workdir, epochs_done, checkpoint, first_epoch=0, remedy=_RE
             f"{Path(workdir) / run_files.HISTORY_FILE} lacks the record of epoch(s) {missing}, "
             f"which {checkpoint} has finished; restore the file, or {remedy}.")
     return [record for record in history if record["epoch"] in done]
+
+
+def check_epochs_change(workdir, config, schedule):
+    """Refuses a changed `train.max_epochs` (--epochs) on a run that the paper's rule already
+    stopped (`patience` epochs without a new best validation perplexity; `schedule` restored
+    from its checkpoint): no epoch runs after that rule stops a run, whatever its max_epochs, so
+    the change could not take effect, and config.json would record it all the same. The run's
+    own max_epochs (config.json's) is accepted: the finished run's results are made again.
+
+    Raises:
+        RunRefusedError: naming the rule, the run's numbers and how to train on.
+    """
+    patience, bad_epochs = schedule.patience, int(schedule.bad_epochs.numpy())
+    config_path = Path(workdir) / run_files.CONFIG_FILE
+    if bad_epochs < patience or not config_path.is_file():
+        return
+    recorded = ExperimentConfig.from_json(config_path.read_text(encoding="utf-8"))
+    wanted = config.train.max_epochs
+    if wanted == recorded.train.max_epochs:
+        return
+    done = int(schedule.epochs_done.numpy())
+    raise RunRefusedError(
+        f"{workdir}'s run was stopped after epoch {done} by the paper's rule: patience={patience}"
+        f" epoch(s) without a new best validation perplexity (best "
+        f"{float(schedule.best_perplexity.numpy()):.2f}). --epochs={wanted} (train.max_epochs; "
+        f"its {run_files.CONFIG_FILE} records {recorded.train.max_epochs}) cannot change that: "
+        f"no epoch runs once the rule has stopped a run, and --patience cannot change on a "
+        f"resume (it changes what the run learns). The run's own --epochs="
+        f"{recorded.train.max_epochs} prints its results again; to train on, start a new run "
+        f"from its best model: psmm-train --init_from={workdir} --workdir=<another folder> with "
+        f"the run's own flags (its learning rate and schedule start again).")
 
 
 def write_run_files(config, corpus, workdir, strategy):
