@@ -250,7 +250,8 @@ class ModelConfig:
         _check_choice("input_embedding", self.input_embedding, INPUT_EMBEDDINGS)
         check_positive_ints(self, ("vocab_size", "embedding_dim", "hidden_dim", "num_layers",
                                    "window_size", "num_sampled", "max_word_length"))
-        if self.max_word_length < MIN_WORD_LENGTH:
+        spells_words = self.input_embedding == "chars" or self.softmax == "cnn"
+        if spells_words and self.max_word_length < MIN_WORD_LENGTH:
             raise ValueError(
                 f"max_word_length must be >= {MIN_WORD_LENGTH} (characters per spelled word, "
                 f"its begin and end markers included: the character CNN's widest filter is "

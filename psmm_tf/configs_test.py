@@ -73,7 +73,7 @@ class ConfigTest(tf.test.TestCase):
             (lambda: configs.DataConfig(synthetic_seed=True), r"synthetic_seed must be"),
             (lambda: configs.get_preset("tiny").replace(train={"max_eval_tokens": 1}),
              r"max_eval_tokens must be >= 2"),
-        ] + [(lambda n=n: configs.ModelConfig(max_word_length=n),
+        ] + [(lambda n=n: configs.ModelConfig(max_word_length=n, input_embedding="chars"),
               rf"max_word_length must be >= 5 \(characters per spelled word, its begin and end "
               rf"markers included: the character CNN's widest filter is 5\), got {n}")
              for n in (1, 2, 3, 4)]:
@@ -81,7 +81,9 @@ class ConfigTest(tf.test.TestCase):
                 make()
         self.assertEqual(configs.TrainConfig(max_eval_tokens=2).max_eval_tokens, 2)
         self.assertEqual(configs.DataConfig(synthetic_seed=0).synthetic_seed, 0)
-        self.assertEqual(configs.ModelConfig(max_word_length=5).max_word_length, 5)
+        self.assertEqual(configs.ModelConfig(max_word_length=5, softmax="cnn").max_word_length, 5)
+        # A model that spells no word never reads it (an older run's config.json may hold 3).
+        self.assertEqual(configs.ModelConfig(max_word_length=3).max_word_length, 3)
 
     def test_the_shortest_word_length_fits_the_character_cnn(self):
         from psmm_tf.layers.char_cnn import DEFAULT_FILTERS

@@ -417,7 +417,12 @@ def _refuse_unused_model_flags(config, f):
     """Refuses a flag the user gave (`present`; a preset's value is never refused) that the
     resolved model or training scheme would not read. With --compare_baseline the flags serve
     `config`'s model and the LSTM baseline; the baseline reads no pointer flag, so they are
-    judged on `config`'s model kind, which is also what they are judged on without it."""
+    judged on `config`'s model kind, which is also what they are judged on without it. A
+    resumed run (its --workdir holds config.json) is not judged: its config records what it
+    started with, which `run_setup.prepare_workdir` compares with the flags."""
+    if "workdir" in f and f["workdir"].value and os.path.isfile(
+            os.path.join(f["workdir"].value, "config.json")):
+        return
     model, train = config.model, config.train
     if f["context_length"].present and train.pointer_memory != "recompute":
         raise ValueError(
@@ -439,6 +444,10 @@ def _refuse_unused_model_flags(config, f):
             f"{', '.join(given)} {'is a setting' if len(given) == 1 else 'are settings'} of "
             f"a model with a pointer (--model={_kinds(_has_pointer)}), not of --model="
             f"{model.kind}, which has none.")
+    if f["calibrate_gate"].present and config.model.base_model is not None:
+        raise ValueError("--calibrate_gate is not used by an input-to-output gate run "
+                         "(--input_output_gate_on): its model has no sentinel gate of its own "
+                         "to calibrate.")
     if f["calibrate_gate"].present and not _has_sentinel_gate(model_class):
         raise ValueError(
             f"--calibrate_gate is a setting of a model with a sentinel gate (--model="

@@ -62,6 +62,12 @@ class ReportFolderTest(psmm_testing.TrainedRunTestCase):
         metrics = json.loads((output_dir / "metrics.json").read_text())
         self.assertNotIn("baseline_workdir", metrics)
         self.assertEqual((output_dir / "notes.txt").read_text(), "mine\n")
+        # Files of a report's names in a folder that held no report are the user's: kept.
+        mine = Path(self.get_temp_dir()) / "paper"
+        mine.mkdir()
+        (mine / "frequency_buckets.md").write_text("my table\n")
+        report.evaluation_report(run, mine, "valid", max_tokens=50)
+        self.assertEqual((mine / "frequency_buckets.md").read_text(), "my table\n")
         # A folder where the report writes a file is refused before the run is read.
         (output_dir / "attention.html").unlink()
         (output_dir / "attention.html").mkdir()

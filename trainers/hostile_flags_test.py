@@ -197,6 +197,37 @@ class FlagSweepTest(tf.test.TestCase):
                 self.assertEqual(snapshot(corpus), before)
 
 
+class UnusedFlagsOnRunsTest(tf.test.TestCase):
+    def test_a_gate_run_refuses_calibrate_gate_and_a_resume_keeps_its_recorded_flags(self):
+        from psmm_tf.testing import trained_tiny_run
+
+        root = Path(self.get_temp_dir())
+        # The gate run's model is an InputOutputGateLM: no sentinel gate is calibrated.
+        base = trained_tiny_run("psmm")
+        base_before = snapshot(base)
+        gate = root / "gate_run"
+        code, stderr = train_in_process([f"--input_output_gate_on={base}", "--calibrate_gate",
+                                         "--epochs=1", f"--workdir={gate}"])
+        self.assertEqual(code, 1, stderr[-3000:])
+        self.assertRegex(stderr, r"--calibrate_gate is not used by an input-to-output gate run")
+        self.assertFalse(gate.exists())
+        self.assertEqual(snapshot(base), base_before)
+        # --compare_baseline records its pointer flags in the LSTM half's config.json too; that
+        # half resumed on its own with the same flags is a resume, not a refused flag.
+        parent = root / "comparison"
+        flags = ["--preset=tiny", "--dataset=synthetic", "--synthetic_train_tokens=3000",
+                 "--epochs=1", "--steps_per_epoch=2", "--max_eval_tokens=50", "--verbose=0",
+                 "--pointer_loss_weight=1"]
+        code, stderr = train_in_process([*flags, "--compare_baseline", f"--workdir={parent}"])
+        self.assertEqual(code, 0, stderr[-3000:])
+        code, stderr = train_in_process([*flags, "--model=lstm", f"--workdir={parent}/lstm"])
+        self.assertEqual(code, 0, stderr[-3000:])
+        # A new LSTM run given the pointer's flag is still refused.
+        code, stderr = train_in_process([*flags, "--model=lstm", f"--workdir={root}/new_lstm"])
+        self.assertEqual(code, 1, stderr[-3000:])
+        self.assertRegex(stderr, r"--pointer_loss_weight is a setting of a model with a pointer")
+
+
 class OutOfMemoryTest(tf.test.TestCase):
     def test_a_model_larger_than_memory_is_one_line_and_writes_nothing(self):
         # Second sweep: `--hidden_dim=100000` ended in a ResourceExhaustedError traceback.

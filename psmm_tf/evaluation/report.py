@@ -45,8 +45,9 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     `attention.html` (models with a pointer), and with `baseline_workdir`
     `frequency_buckets.md` and `frequency_buckets.png` (Figure 4: baseline minus model).
     They are written when the whole report is done and replace an earlier report's in
-    `output_dir` (those the new report does not have are removed; other files are left as they
-    are); a report that fails leaves an earlier report as it was.
+    `output_dir` (those the new report does not have are removed; other files, and files of
+    those names where the folder held no report, are left as they are); a report that fails
+    leaves an earlier report as it was.
 
     Args:
         workdir: the run to evaluate. output_dir: where the files go (created).
@@ -172,8 +173,10 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
 @contextlib.contextmanager
 def _staged_report(output_dir):
     """A new folder inside `output_dir` to write a report into; when the block ends without an
-    error, its files replace the report in `output_dir` (metrics.json last) and an earlier
-    report's files it does not have are removed. The folder is always removed.
+    error, its files replace the report in `output_dir` (metrics.json last) and, where
+    `output_dir` held a report (its metrics.json), that report's files the new one does not
+    have are removed; files of the same names that are not a report's are left. The folder is
+    removed (not after a kill: a hidden `.report-*` folder then stays).
 
     Raises:
         RunLoadError: `output_dir` cannot be created or written into.
@@ -186,14 +189,28 @@ def _staged_report(output_dir):
                            f"({err.strerror}).") from None
     try:
         yield staging
+        earlier_report = _is_report(output_dir / "metrics.json")
         for name in sorted(REPORT_FILES, key=lambda name: name == "metrics.json"):
             new, old = staging / name, output_dir / name
             if new.exists():
                 os.replace(new, old)
-            elif old.is_file() or old.is_symlink():
+            elif earlier_report and (old.is_file() or old.is_symlink()):
                 old.unlink()
+    except OSError as err:
+        raise RunLoadError(f"output_dir={output_dir}: cannot write the report there "
+                           f"({err.strerror or err}).") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _is_report(path):
+    """Whether `path` is the metrics.json of a report (`evaluation_report`'s): only then are
+    the files of that report that a new one lacks its own, to be removed."""
+    try:
+        metrics = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(metrics, dict) and {"workdir", "model", "perplexity"} <= metrics.keys()
 
 
 def _plain(value):

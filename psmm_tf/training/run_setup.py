@@ -357,16 +357,13 @@ def finished_history(workdir, epochs_done, checkpoint, first_epoch=0, remedy=_RE
     return [record for record in history if record["epoch"] in done]
 
 
-def check_epochs_change(workdir, config, schedule):
-    """Refuses a changed `train.max_epochs` (--epochs) on a run that the paper's rule already
-    stopped (`patience` epochs without a new best validation perplexity; `schedule` restored
-    from its checkpoint): no epoch runs after that rule stops a run, whatever its max_epochs, so
-    the change could not take effect, and config.json would record it all the same. The run's
-    own max_epochs (config.json's) is accepted: the finished run's results are made again.
-
-    Raises:
-        RunRefusedError: naming the rule, the run's numbers and how to train on.
-    """
+def warn_epochs_change(workdir, config, schedule):
+    """Says (a warning line) that a changed `train.max_epochs` (--epochs) cannot take effect on
+    a run that the paper's rule already stopped (`patience` epochs without a new best
+    validation perplexity; `schedule` restored from its checkpoint): no epoch runs after that
+    rule stops a run, whatever its max_epochs; its results are made again. Not a refusal: a
+    `--compare_baseline` resumed with more epochs trains on the half the rule has not stopped.
+    Returns the message, or None where there is nothing to say."""
     patience, bad_epochs = schedule.patience, int(schedule.bad_epochs.numpy())
     config_path = Path(workdir) / run_files.CONFIG_FILE
     if bad_epochs < patience or not config_path.is_file():
@@ -376,16 +373,18 @@ def check_epochs_change(workdir, config, schedule):
     if wanted == recorded.train.max_epochs:
         return
     done = int(schedule.epochs_done.numpy())
-    raise RunRefusedError(
+    message = (
         f"{workdir}'s run was stopped after epoch {done} by the paper's rule: patience={patience}"
         f" epoch(s) without a new best validation perplexity (best "
         f"{float(schedule.best_perplexity.numpy()):.2f}). --epochs={wanted} (train.max_epochs; "
         f"its {run_files.CONFIG_FILE} records {recorded.train.max_epochs}) cannot change that: "
         f"no epoch runs once the rule has stopped a run, and --patience cannot change on a "
-        f"resume (it changes what the run learns). The run's own --epochs="
-        f"{recorded.train.max_epochs} prints its results again; to train on, start a new run "
+        f"resume (it changes what the run learns): its results are made again. To train on, "
+        f"start a new run "
         f"from its best model: psmm-train --init_from={workdir} --workdir=<another folder> with "
         f"the run's own flags (its learning rate and schedule start again).")
+    logging.warning("%s", message)
+    return message
 
 
 def write_run_files(config, corpus, workdir, strategy):

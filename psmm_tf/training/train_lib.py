@@ -130,7 +130,7 @@ class _Run:
             self.epoch_seconds.assign(checkpointing.read_epoch_seconds(path))
             run_setup.finished_history(self.workdir, int(self.schedule.epochs_done.numpy()),
                                        path)
-            run_setup.check_epochs_change(self.workdir, self.config, self.schedule)
+            run_setup.warn_epochs_change(self.workdir, self.config, self.schedule)
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
         elif self.chief and pointer_diagnostics.has_sentinel_pointer(self.model):
             pointer_diagnostics.save_initial_pointer_weights(
