@@ -16,6 +16,7 @@ import typing
 from absl import flags
 
 from psmm_tf import configs
+from psmm_tf import workdir as run_files
 from psmm_tf.models import registry
 
 
@@ -421,7 +422,7 @@ def _refuse_unused_model_flags(config, f):
     resumed run (its --workdir holds config.json) is not judged: its config records what it
     started with, which `run_setup.prepare_workdir` compares with the flags."""
     if "workdir" in f and f["workdir"].value and os.path.isfile(
-            os.path.join(f["workdir"].value, "config.json")):
+            os.path.join(f["workdir"].value, run_files.CONFIG_FILE)):
         return
     model, train = config.model, config.train
     if f["context_length"].present and train.pointer_memory != "recompute":
