@@ -161,10 +161,6 @@ def prepare_workdir(config, workdir, strategy, restart=False):
     return config, corpus
 
 
-# What `check_workdir_holds` expects a workdir to hold, and the psmm-train mode of each.
-WORKDIR_KINDS = ("run", "comparison", "char_output")
-
-
 def check_workdir_holds(workdir, wanted, kinds=("psmm", "lstm")):
     """Refuses a workdir that holds another kind of run than psmm-train's mode starts there,
     before anything is written: a mode would otherwise start a new run beside (or inside) the
@@ -172,7 +168,7 @@ def check_workdir_holds(workdir, wanted, kinds=("psmm", "lstm")):
 
     Args:
         workdir: str or path (it may not exist yet).
-        wanted: one of `WORKDIR_KINDS`: "run" (a language model's run, `train_lib.run`),
+        wanted: "run" (a language model's run, `train_lib.run`),
             "comparison" (`--compare_baseline`'s folder of runs, `<workdir>/<kind>/`) or
             "char_output" (a character-output run, `--char_output_on`).
         kinds: the model kinds of a comparison's runs (its `<workdir>/<kind>/` folders), for
@@ -527,20 +523,21 @@ def lock_holder(workdir):
     return None
 
 
-def check_not_training(run_dir, advice, error=RunRefusedError):
+def check_not_training(run_dir, advice, error=RunRefusedError, subject=None):
     """Refuses to read a run's model.keras while the run still trains (`lock_holder`: another
     process holds `<run_dir>/.lock`), as it is replaced at every improving validation. Reads
     only: the lock file is neither created nor changed.
 
     Raises:
-        `error`: naming `run_dir`, the pid and the lock file; `advice` ends the message.
+        `error`: "<subject> is still training (pid, lock file) ... <advice>"; `subject`
+            defaults to `run_dir`.
     """
     holder = lock_holder(run_dir)
     if holder is not None:
         raise error(
-            f"{run_dir} is still training (pid {holder} holds {Path(run_dir) / run_files.LOCK_FILE}"
-            f"), and its {run_files.MODEL_FILE} is replaced at every improving validation. "
-            f"{advice}")
+            f"{subject or run_dir} is still training (pid {holder} holds "
+            f"{Path(run_dir) / run_files.LOCK_FILE}), and its {run_files.MODEL_FILE} is replaced "
+            f"at every improving validation. {advice}")
 
 
 def _init_model_file(path):
@@ -550,13 +547,10 @@ def _init_model_file(path):
     if model_file.suffix != ".keras" or not model_file.is_file():
         raise RunRefusedError(f"init_from {path}: expected a psmm-train run folder holding "
                               f"{run_files.MODEL_FILE}, or a .keras file; there is none.")
-    holder = lock_holder(model_file.parent)
-    if holder is not None:
-        raise RunRefusedError(
-            f"init_from {path}: the run in {model_file.parent} is still training (pid "
-            f"{holder} holds {model_file.parent / run_files.LOCK_FILE}), and its "
-            f"{run_files.MODEL_FILE} is replaced at every improving validation. Wait for it to "
-            f"end, or start from a copy of a {run_files.MODEL_FILE} of it kept elsewhere.")
+    check_not_training(
+        model_file.parent, f"Wait for it to end, or start from a copy of a "
+        f"{run_files.MODEL_FILE} of it kept elsewhere.",
+        subject=f"init_from {path}: the run in {model_file.parent}")
     return model_file
 
 
