@@ -70,6 +70,14 @@ class WindowStepSettings:
         return clip_gradients(grads, self.clip_norm, self.clip_groups, loss_scale)
 
 
+def warmup_factor(global_step, warmup_steps):
+    """The factor of the step after `global_step` steps in a linear warm-up of `warmup_steps`
+    steps: `(global_step + 1) / warmup_steps`, then 1."""
+    if global_step >= warmup_steps:
+        return 1.0
+    return (global_step + 1) / warmup_steps
+
+
 def clip_groups(model, pointer_clip_norm=None, char_cnn_clip_norm=None):
     """The groups of `model.trainable_variables` (a `LanguageModel`'s) clipped by a norm of
     their own: the pointer head's at `pointer_clip_norm` and a character-CNN input embedding's

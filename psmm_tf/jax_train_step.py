@@ -25,7 +25,10 @@ class JaxTrainStep(WindowStepSettings):
 
     Call arguments and returns: `TrainStep`'s, on one device (state and memory as arrays of B
     rows, None at the start: `zero_carry`); the model's and the optimizer's variables are
-    updated.
+    updated. `pointer_share` (a float in [0, 1], default 1) is the pointer's share of the
+    objective, `(1 - share) p_vocab + share p`: psmm-train's pointer warm-up passes
+    `psmm_tf.gradients.warmup_factor(global_step, TrainConfig.pointer_warmup_steps)` at each
+    update, which a loop of this step passes the same way to train as psmm-train does.
     """
 
     def __init__(self, model, optimizer, *settings, **named_settings):
@@ -40,7 +43,7 @@ class JaxTrainStep(WindowStepSettings):
         self._value_and_grad = jax.value_and_grad(self._loss, has_aux=True)
         self._step = jax.jit(self._pure_step)
 
-    def loss_and_gradients(self, batch, state=None, memory=None):
+    def loss_and_gradients(self, batch, state=None, memory=None, pointer_share=1.0):
         """The step's loss (sum over targets / B) and unclipped gradients, nothing updated.
 
         Returns:
@@ -51,16 +54,18 @@ class JaxTrainStep(WindowStepSettings):
         (loss, _), grads = self._value_and_grad(
             [v.value for v in self.model.trainable_variables],
             [v.value for v in self.model.non_trainable_variables],
-            [v.value for v in self.optimizer.variables], batch, state, memory)
+            [v.value for v in self.optimizer.variables], batch, state, memory,
+            _share(pointer_share))
         return loss, grads
 
-    def __call__(self, batch, state=None, memory=None):
+    def __call__(self, batch, state=None, memory=None, pointer_share=1.0):
         state, memory = self._carry(state, memory)
         model, optimizer = self.model, self.optimizer
         trainable, non_trainable, optimizer_values, metrics, state, memory = self._step(
             [v.value for v in model.trainable_variables],
             [v.value for v in model.non_trainable_variables],
-            [v.value for v in optimizer.variables], batch, state, memory)
+            [v.value for v in optimizer.variables], batch, state, memory,
+            _share(pointer_share))
         for variables, values in ((model.trainable_variables, trainable),
                                   (model.non_trainable_variables, non_trainable),
                                   (optimizer.variables, optimizer_values)):
@@ -75,11 +80,12 @@ class JaxTrainStep(WindowStepSettings):
             memory = self.model.empty_memory(batch_size)
         return state, memory if self.use_memory else None
 
-    def _loss(self, trainable, non_trainable, optimizer_values, batch, state, memory):
+    def _loss(self, trainable, non_trainable, optimizer_values, batch, state, memory,
+              pointer_share):
         outputs, non_trainable = self.model.stateless_call(
             trainable, non_trainable, batch["token_ids"],
             **self.call_arguments(batch, state, memory))
-        sums = self.window_sums(outputs, batch)
+        sums = self.window_sums(outputs, batch, pointer_share)
         # Sum over the window's targets, mean over the batch's streams (as TrainStep), times
         # the dynamic loss scale under mixed_float16 (read from the optimizer's values).
         loss = sums["loss"] / float(self.global_batch_size)
@@ -88,9 +94,10 @@ class JaxTrainStep(WindowStepSettings):
             loss = self.optimizer.scale_loss(loss)
         return loss, (sums, non_trainable, *self.carried(outputs))
 
-    def _pure_step(self, trainable, non_trainable, optimizer_values, batch, state, memory):
+    def _pure_step(self, trainable, non_trainable, optimizer_values, batch, state, memory,
+                   pointer_share):
         (_, (sums, non_trainable, state, memory)), grads = self._value_and_grad(
-            trainable, non_trainable, optimizer_values, batch, state, memory)
+            trainable, non_trainable, optimizer_values, batch, state, memory, pointer_share)
         # Scaled gradients are clipped at the scaled limits (as TrainStep); the optimizer
         # unscales them, and skips the update where they are not finite.
         grads, grad_norm = self.clip(grads, self._loss_scale(optimizer_values))
@@ -107,3 +114,7 @@ class JaxTrainStep(WindowStepSettings):
                      if v is self.optimizer.dynamic_scale)
         return ops.cast(optimizer_values[index], "float32")
 
+
+def _share(pointer_share):
+    """`pointer_share` as a float32 array: one compiled step for every value (as TrainStep)."""
+    return ops.convert_to_tensor(pointer_share, "float32")

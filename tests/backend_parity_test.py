@@ -51,7 +51,7 @@ class BackendParityTest(testing.TestCase):
 
     def _jax_training_step_matches_the_tensorflow_step(self):
         """The JAX child's code that takes the TensorFlow step's batch and asserts the same
-        loss, gradients and updated weights."""
+        loss, gradients and updated weights, mid pointer warm-up (`pointer_share`)."""
         # No dropout or zoneout: the two backends draw different random masks from one seed.
         model_config = configs.ModelConfig(
             kind="psmm", vocab_size=19, embedding_dim=6, hidden_dim=8, num_layers=2,
@@ -75,9 +75,13 @@ class BackendParityTest(testing.TestCase):
         step = TrainStep(model, optimizer, tf.distribute.get_strategy(), batch_size, **settings)
         state, memory = step.initial_carry()
         tensors = {k: tf.constant(v) for k, v in batch.items()}
-        grads, sums, _, _ = step._forward_backward(tensors, state, memory,
-                                                   tf.constant(float(batch_size)))
-        metrics, _, _ = step(tensors, state, memory)
+        # Mid pointer warm-up: the pointer's share of the objective is 0.3, not 1.
+        share, normalizer = tf.constant(0.3), tf.constant(float(batch_size))
+        grads, sums, _, _ = step._forward_backward(tensors, state, memory, normalizer, share)
+        _, whole_pointer, _, _ = step._forward_backward(tensors, state, memory, normalizer,
+                                                        tf.constant(1.0))
+        self.assertGreater(abs(float(sums["loss"]) - float(whole_pointer["loss"])), 1e-3)
+        metrics, _, _ = step(tensors, state, memory, pointer_share=0.3)
         self.assertGreater(float(metrics["grad_norm"]), 0.5)  # the clipping acts
         np.savez(os.path.join(directory, "tf.npz"),
                  loss=float(sums["loss"]) / batch_size,
@@ -90,12 +94,12 @@ class BackendParityTest(testing.TestCase):
             batch = dict(np.load({directory + "/batch.npz"!r}))
             expected = np.load({directory + "/tf.npz"!r})
             step = JaxTrainStep(model, keras.optimizers.SGD(1.0), {batch_size}, **{settings!r})
-            loss, grads = step.loss_and_gradients(batch)
+            loss, grads = step.loss_and_gradients(batch, pointer_share=0.3)
             np.testing.assert_allclose(float(loss), expected["loss"], atol=1e-4, rtol=1e-5)
             for i, grad in enumerate(grads):
                 np.testing.assert_allclose(np.asarray(grad), expected[f"grad_{{i}}"], atol=1e-4,
                                            err_msg=model.trainable_variables[i].path)
-            step(batch)
+            step(batch, pointer_share=0.3)
             for i, variable in enumerate(model.trainable_variables):
                 np.testing.assert_allclose(np.asarray(variable.value), expected[f"after_{{i}}"],
                                            atol=1e-4, err_msg=variable.path)

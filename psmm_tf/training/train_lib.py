@@ -24,6 +24,7 @@ from psmm_tf import workdir as run_files
 from psmm_tf.data.pipeline import steps_per_epoch, training_windows
 from psmm_tf.evaluation import gate_calibration, pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
+from psmm_tf.gradients import warmup_factor
 from psmm_tf.models import LanguageModelPreprocessor, build_model
 from psmm_tf.optimizers import make_optimizer
 from psmm_tf.training import (
@@ -38,14 +39,6 @@ from psmm_tf.training.steps import TrainStep
 
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite; the run stopped without saving."""
-
-
-def warmup_factor(global_step, warmup_steps):
-    """The factor of the step after `global_step` steps in a linear warm-up of `warmup_steps`
-    steps: `(global_step + 1) / warmup_steps`, then 1."""
-    if global_step >= warmup_steps:
-        return 1.0
-    return (global_step + 1) / warmup_steps
 
 
 class _Run:
