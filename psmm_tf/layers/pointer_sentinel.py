@@ -84,8 +84,8 @@ class WindowedAttention(keras.layers.Layer):
         return query, key_scores, allowed
 
     def query(self, hidden):
-        """Paper eq. 4: `q = tanh(W h_t + b)`, `(B, T, D)`, in at least float32 (the scores of
-        eq. 5 are taken in it under mixed precision)."""
+        """Paper eq. 4: `q = tanh(W h_t + b)`, `(B, T, D)`, returned in at least float32 (under a
+        16-bit policy computed in 16 bits and cast: the scores of eq. 5 are taken in float32)."""
         score_dtype = "float64" if hidden.dtype == "float64" else "float32"
         query = ops.tanh(affine(hidden, self.query_kernel, self.query_bias))
         return ops.cast(query, score_dtype)
