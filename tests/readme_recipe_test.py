@@ -8,7 +8,8 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from psmm_tf import testing
+from psmm_tf import configs, testing
+from psmm_tf import workdir as run_files
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -61,6 +62,7 @@ class ReadmeLibraryTest(testing.TestCase):
             LSTMBackbone(len(vocabulary), 16, 16, 2, seed=0), window_size=8, seed=0,
             preprocessor=LanguageModelPreprocessor(vocabulary, sequence_length=32))
         trained.save(os.path.join(run, "model.keras"))
+        run_files.write_config(run, configs.get_preset("tiny"))  # psmm-train's, beside it
         block = library_blocks()[0].replace('"/tmp/', f'"{self.get_temp_dir()}/')
         namespace = {}
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102

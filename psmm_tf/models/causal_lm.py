@@ -22,6 +22,7 @@ seeing across window boundaries); docs/design_notes.md compares the two.
 """
 
 import errno
+import json
 import os
 import tempfile
 import zipfile
@@ -487,7 +488,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 message names the path and what a preset holds.
         """
         path = os.fspath(preset)
-        if "://" in path or os.path.isfile(os.path.join(path, PRESET_CONFIG_FILE)):
+        if "://" in path or _holds_keras_hub_config(path):
             # keras-hub's loader, asked for the common base: it builds task.json's class.
             model = super(RecurrentCausalLM, RecurrentCausalLM).from_preset(
                 preset, load_weights=load_weights, **kwargs)
@@ -536,6 +537,24 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                         psmm_tf_version=importlib.metadata.version("psmm_tf"))
         with open(metadata_file, "w") as f:
             json.dump(metadata, f, indent=4)
+
+
+def _holds_keras_hub_config(path):
+    """Whether the folder `path` is for keras-hub's loader: it holds a `config.json` that is not
+    a psmm-train run's config beside the run's `model.keras` (a run folder has both files; its
+    config.json is the run's settings, not a serialized Keras object)."""
+    config_path = os.path.join(path, PRESET_CONFIG_FILE)
+    if not os.path.isfile(config_path):
+        return False
+    if not os.path.isfile(os.path.join(path, MODEL_FILE)):
+        return True
+    try:
+        with open(config_path, encoding="utf-8") as file:
+            config = json.load(file)
+    except (OSError, ValueError):
+        return False  # not keras-hub's either: the folder's model.keras is the preset
+    # keras-hub's config.json is `keras.saving.serialize_keras_object`'s: a class and its config.
+    return isinstance(config, dict) and {"class_name", "config"} <= set(config)
 
 
 def _check_preset_class(model, cls, path):

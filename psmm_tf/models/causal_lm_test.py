@@ -13,7 +13,8 @@ import tensorflow as tf
 from absl.testing import parameterized
 from keras import ops
 
-from psmm_tf import testing
+from psmm_tf import configs, testing
+from psmm_tf import workdir as run_files
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import (
     LSTMBackbone,
@@ -332,6 +333,8 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         run = os.path.join(self.get_temp_dir(), "run")
         os.makedirs(run)
         model.save(os.path.join(run, "model.keras"))
+        # A psmm-train run folder: its own config.json (the run's settings) beside model.keras.
+        run_files.write_config(run, configs.get_preset("tiny"))
         for path in (preset, run, os.path.join(run, "model.keras")):
             loaded = PointerSentinelLM.from_preset(path)
             self.assertAllClose(loaded.score_text("w1 w2 w3")["log_probs"],
