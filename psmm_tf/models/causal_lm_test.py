@@ -255,6 +255,10 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         model.preprocessor = preprocessor
         self.assertEqual(preprocessor.generate_postprocess(out, prompt_included=False),
                          generated)
+        # One unbatched prompt (keras-hub's round trip of one string) gives one string.
+        one = preprocessor.generate_preprocess(prompts[1], sequence_length=10)
+        self.assertEqual(ops.shape(one["token_ids"]), (10,))
+        self.assertEqual(preprocessor.generate_postprocess(one), prompts[1])
 
     def test_the_open_vocabulary_distribution_is_the_mixture_over_the_extra_ids(self):
         # Brute force: p(V + j) is the attention on the keys holding extra word j, p(<unk>)

@@ -177,10 +177,16 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
         """`generate`'s ids -> texts: the words after the leading `<eos>` (with
         `prompt_included`), up to the first generated `<eos>` that ended generation
         (dropped), lines joined with line breaks. An id `V + j` is word `j` of its row's
-        `unknown_words` (`open_vocabulary_prompts`), `<unk>` without one."""
+        `unknown_words` (`open_vocabulary_prompts`), `<unk>` without one. One unbatched row
+        (`generate_preprocess` of one string: `(T,)` arrays, `unknown_words` that row's list)
+        gives one string, as keras-hub's preprocessors do."""
         self.tokenizer._check_vocabulary()
         token_ids = np.asarray(keras.ops.convert_to_numpy(x["token_ids"]))
         padding_mask = np.asarray(keras.ops.convert_to_numpy(x["padding_mask"]), bool)
+        if token_ids.ndim == 1:
+            return self.generate_postprocess(
+                {"token_ids": token_ids[None], "padding_mask": padding_mask[None]},
+                None if unknown_words is None else [unknown_words], prompt_included)[0]
         tokens, size = self.vocabulary.tokens, len(self.vocabulary)
         texts = []
         for row, (ids, mask) in enumerate(zip(token_ids, padding_mask)):
