@@ -17,10 +17,12 @@ from psmm_tf import configs, testing
 from psmm_tf import workdir as run_files
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import (
+    LanguageModelPreprocessor,
     LSTMBackbone,
     LSTMLanguageModel,
     PointerSentinelLM,
     PointerSoftmaxLM,
+    WordTokenizer,
 )
 
 WORDS = testing.TINY_WORDS
@@ -398,6 +400,24 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             self.assertAllEqual(a, b, msg=a.path)
         half = keras_hub.models.Backbone.from_preset(preset, dtype="mixed_float16")
         self.assertEqual(half.lstm_layers[1].compute_dtype, "float16")
+        # The preprocessor and the tokenizer on their own, by the package's classes and by
+        # keras-hub's base classes (which pick a subclass by the preset's backbone).
+        for preprocessor in (LanguageModelPreprocessor.from_preset(preset),
+                             keras_hub.models.CausalLMPreprocessor.from_preset(preset)):
+            self.assertIsInstance(preprocessor, LanguageModelPreprocessor)
+            self.assertEqual(preprocessor.sequence_length, model.preprocessor.sequence_length)
+            (x, y, _), (expected_x, expected_y, _) = (preprocessor(texts),
+                                                     model.preprocessor(texts))
+            self.assertAllEqual(x["token_ids"], expected_x["token_ids"])
+            self.assertAllEqual(y, expected_y)
+        for tokenizer in (WordTokenizer.from_preset(preset),
+                          keras_hub.tokenizers.Tokenizer.from_preset(preset)):
+            self.assertIsInstance(tokenizer, WordTokenizer)
+            self.assertEqual(tokenizer.detokenize(tokenizer.tokenize(texts[0])),
+                             model.preprocessor.tokenizer.detokenize(
+                                 model.preprocessor.tokenizer.tokenize(texts[0])))
+            self.assertAllEqual(tokenizer.tokenize(texts[0]),
+                                model.preprocessor.tokenizer.tokenize(texts[0]))
 
     @parameterized.named_parameters(*TASKS)
     def test_export_writes_a_saved_model_serving_predicts_mixture(self, cls):

@@ -7,6 +7,7 @@ from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN, UNK_TOKEN, text_tokens
 from psmm_tf.data.spelling import word_characters
+from psmm_tf.models.backbone import LSTMBackbone
 from psmm_tf.models.tokenizer import (
     WordTokenizer,
     require_tensorflow,
@@ -62,6 +63,8 @@ class LanguageModelPreprocessor(keras_hub.models.CausalLMPreprocessor):
     ```
     """
 
+    # keras-hub's loaders pick the preprocessor of a preset by its backbone's class.
+    backbone_cls = LSTMBackbone
     tokenizer_cls = WordTokenizer
 
     def __init__(self, tokenizer=None, sequence_length=128, vocabulary=None, **kwargs):

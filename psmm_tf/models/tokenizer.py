@@ -26,6 +26,7 @@ from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from psmm_tf.data.corpus import EOS_TOKEN
 from psmm_tf.data.vocabulary import Vocabulary
+from psmm_tf.models.backbone import LSTMBackbone
 
 try:
     import tensorflow as tf
@@ -160,6 +161,9 @@ class WordTokenizer(keras_hub.tokenizers.Tokenizer):
     text = tokenizer.detokenize(ids)         # "the cat sat\\n"
     ```
     """
+
+    # keras-hub's loaders pick the tokenizer of a preset by its backbone's class.
+    backbone_cls = LSTMBackbone
 
     def __init__(self, vocabulary=None, sequence_length=None, finish_last_line=True,
                  dtype="int32", **kwargs):
