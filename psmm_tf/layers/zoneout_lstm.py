@@ -110,9 +110,16 @@ class ZoneoutLSTM(keras.layers.Layer):
         self.kernel = self.add_weight(
             name="kernel", shape=(input_shape[-1], 4 * units), initializer=self.kernel_initializer
         )
+        recurrent_initializer = self.recurrent_initializer
+
+        def recurrent_initial_value(shape, dtype=None):
+            # Drawn in float32 and cast: Keras' orthogonal initializer (a QR decomposition)
+            # has no 16-bit kernel on TensorFlow or JAX, so a bfloat16 model could not build.
+            return ops.cast(recurrent_initializer(shape, dtype="float32"), dtype)
+
         self.recurrent_kernel = self.add_weight(
             name="recurrent_kernel", shape=(units, 4 * units),
-            initializer=self.recurrent_initializer,
+            initializer=recurrent_initial_value,
         )
 
         def bias_initializer(shape, dtype=None):

@@ -394,6 +394,12 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         mixed = keras_hub.models.CausalLM.from_preset(preset, dtype="mixed_bfloat16")
         self.assertEqual(mixed.vocab_head.dtype_policy.name, "mixed_bfloat16")
         self.assertEqual(mixed.backbone.embedding.dtype_policy.name, "mixed_bfloat16")
+        # Every variable in bfloat16, as keras-hub users load presets to save memory: the
+        # orthogonal recurrent kernel builds (drawn in float32) and the model scores.
+        low = keras_hub.models.CausalLM.from_preset(preset, dtype="bfloat16")
+        self.assertEqual(low.backbone.lstm_layers[0].recurrent_kernel.dtype, "bfloat16")
+        self.assertAllClose(low.score_text(texts)["log_probs"],
+                            model.score_text(texts)["log_probs"], atol=0.1)
         backbone = keras_hub.models.Backbone.from_preset(preset)
         self.assertIsInstance(backbone, LSTMBackbone)
         for a, b in zip(backbone.weights, model.backbone.weights):
