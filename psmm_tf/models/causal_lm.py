@@ -57,7 +57,7 @@ PRESET_DESCRIPTION = (f"a preset is a folder holding {PRESET_CONFIG_FILE} (writt
                       f"save_to_preset) or {MODEL_FILE} (a psmm-train run folder), or a .keras "
                       "file")
 # The samplers `compile(sampler=...)` takes by name (keras-hub's, as `generate` drives them).
-SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam")
+SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam", "contrastive")
 # Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
 _LOSS_NAMES = {name: lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
                for name in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")}
@@ -151,7 +151,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             weighted_metrics: "auto": perplexity and accuracy of the mixture; metrics are given
                 the mixture's log-probabilities, weighted by the padding mask.
             sampler: a keras-hub sampler or its name ("greedy", "top_k", "top_p", "random",
-                "beam") for `generate`.
+                "beam", "contrastive") for `generate`.
             pointer_weight: float >= 0. Weight of eq. 9's pointer term in the "auto" loss
                 (default: psmm-train's, `TrainConfig.pointer_loss_weight` = 0; the paper: 1).
             **kwargs: as `keras.Model.compile`. `jit_compile` defaults to False on TensorFlow
@@ -412,9 +412,18 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             return (self.log_distribution(outputs, extra_ids)[:, 0], outputs["hidden"][:, 0],
                     (outputs["state"], outputs["memory"]))
 
+        hidden_states = {}
+        if isinstance(self.sampler, keras_hub.samplers.ContrastiveSampler):
+            # Its degeneration penalty compares each candidate's hidden state with those of the
+            # text so far, `(batch_size, S, D)` (as keras-hub's GPT2 passes them): every
+            # position before `index`, the last prompt token's included.
+            hidden_states["hidden_states"] = step(
+                token_ids, self.zero_state(batch_size), self.empty_memory(batch_size),
+                mask=ops.broadcast_to(positions < index, ops.shape(token_ids)))["hidden"]
         token_ids = self.sampler(next=next_token, prompt=token_ids,
                                  cache=(prefix["state"], prefix["memory"]), index=index,
-                                 mask=prompt_mask, stop_token_ids=stop_token_ids, model=self)
+                                 mask=prompt_mask, stop_token_ids=stop_token_ids, model=self,
+                                 **hidden_states)
         return {"token_ids": token_ids,
                 "padding_mask": _up_to_first_stop(token_ids, prompt_mask, stop_token_ids)}
 

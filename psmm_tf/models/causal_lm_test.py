@@ -318,9 +318,48 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             self.assertAllClose(model.evaluate(*data, verbose=0, return_dict=True)["loss"],
                                 default, rtol=1e-4, msg=str(loss))
 
+    def test_contrastive_search_penalises_as_keras_hubs_does_by_brute_force(self):
+        model = _trained_looking(_task(dropout=0.0), self.rng)
+        prompt = "w1 w2 w3"
+        # alpha 0: the most probable of the k candidates, greedy search.
+        model.compile(sampler=keras_hub.samplers.ContrastiveSampler(k=3, alpha=0.0))
+        contrastive = model.generate(prompt, max_length=9, stop_token_ids=None)
+        model.compile(sampler="greedy")
+        self.assertEqual(contrastive, model.generate(prompt, max_length=9, stop_token_ids=None))
+        # alpha 1: of the k most probable next words, the one whose hidden state is least like
+        # (cosine) the state after any word so far, the start token and the prompt's last word
+        # included (Su et al. 2022).
+        def read(token_ids):
+            outputs = model(token_ids, state=model.zero_state(1), memory=model.empty_memory(1),
+                            training=False)
+            return (ops.convert_to_numpy(model.log_distribution(outputs)[0, -1]),
+                    ops.convert_to_numpy(outputs["hidden"][0]))
+
+        prompts = [" ".join(f"w{i}" for i in self.rng.integers(0, 20, size=n)) for n in (1, 3, 5)]
+        for k in (4, 8):
+            model.compile(sampler=keras_hub.samplers.ContrastiveSampler(k=k, alpha=1.0))
+            for prompt in prompts:
+                ids = np.asarray(model.preprocessor.generate_preprocess(
+                    [prompt], sequence_length=len(prompt.split()) + 1)["token_ids"], "int32")
+                log_p, seen = read(ids)
+
+                def max_similarity(candidate, ids=ids, seen=seen):
+                    state = read(np.concatenate([ids, [[candidate]]], axis=1))[1][-1]
+                    return np.max(seen @ state
+                                  / (np.linalg.norm(seen, axis=1) * np.linalg.norm(state)))
+
+                expected = min(np.argsort(-log_p)[:k], key=max_similarity)
+                inputs = {"token_ids": np.concatenate([ids, [[0]]], axis=1),
+                          "padding_mask": np.arange(ids.shape[1] + 1)[None] < ids.shape[1]}
+                preprocessor, model.preprocessor = model.preprocessor, None
+                out = model.generate(inputs, stop_token_ids=None)
+                model.preprocessor = preprocessor
+                self.assertAllEqual(out["token_ids"][0, :-1], ids[0])
+                self.assertEqual(int(out["token_ids"][0, -1]), expected, f"k={k}: {prompt}")
+
     @parameterized.named_parameters(("greedy", "greedy"), ("top_k", "top_k"),
                                     ("top_p", "top_p"), ("random", "random"),
-                                    ("beam", "beam"))
+                                    ("beam", "beam"), ("contrastive", "contrastive"))
     def test_every_sampler_generates_from_strings(self, sampler):
         model = _task()
         model.compile(sampler=sampler)
