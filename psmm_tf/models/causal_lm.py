@@ -303,8 +303,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         """keras-hub's `generate`, its arguments checked first.
 
         Args:
-            inputs: prompts (a str, a list of str: their words outside the vocabulary are
-                kept and may be copied; ids as a dict of `token_ids` and `padding_mask`
+            inputs: prompts (a str, a list of str, or a NumPy array or eager string tensor
+                of them of rank 0 or 1: their words outside the vocabulary are kept and may
+                be copied; ids as a dict of `token_ids` and `padding_mask`
                 `(batch_size, S)` with `preprocessor=None`, ids `V + j` read as `<unk>` and
                 copied as themselves) or a dataset.
             max_length: optional int in `[2, MAX_GENERATE_LENGTH]`: tokens of prompt (its
@@ -320,6 +321,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         _check_max_length(max_length)
         stop_token_ids = _checked_stop_token_ids(stop_token_ids, self.vocab_size)
         if self.preprocessor is not None:
+            inputs = _held_texts(inputs)
             length = self.preprocessor.sequence_length if max_length is None else max_length
             longest = _longest_prompt(self.preprocessor, inputs)
             if longest is not None and longest >= length:
@@ -790,6 +792,33 @@ def fit_targets(x, y, sample_weight):
     if sample_weight is None:
         sample_weight = ops.ones(ops.shape(y), "float32")
     return ops.cast(y, "int32"), ops.cast(sample_weight, "float32")
+
+
+def _held_texts(inputs):
+    """`inputs` as a str or a list of str where it holds text as bytes, in a NumPy array or in
+    an eager string tensor of rank 0 or 1 (bytes read as UTF-8), so every form of a text prompt
+    keeps its words outside the vocabulary; other inputs as they are."""
+    if isinstance(inputs, bytes) or (isinstance(inputs, np.ndarray)
+                                     and inputs.dtype.kind in "USO"):
+        values = np.asarray(inputs)
+    elif (getattr(getattr(inputs, "dtype", None), "name", None) == "string"
+          and callable(getattr(inputs, "numpy", None))):  # an eager tf.string tensor
+        values = np.asarray(inputs.numpy())
+    else:
+        return inputs
+    if values.ndim > 1:
+        return inputs
+    texts = []
+    for index, value in enumerate(values.reshape(-1).tolist()):
+        if isinstance(value, bytes):
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"generate: prompt {index} is not UTF-8 text ({err}).") from None
+        if not isinstance(value, str):
+            return inputs
+        texts.append(value)
+    return texts[0] if values.ndim == 0 else texts
 
 
 def _is_text_list(inputs):

@@ -188,6 +188,19 @@ class GenerateTest(testing.TestCase):
         self.assertEqual(text.split()[:4], ["w1", "w2", "w3", "w4"])
         self.assertLen(text.split(), 5)
 
+    def test_prompts_held_in_arrays_read_as_texts_and_bytes_must_be_utf8(self):
+        model = _task()
+        weights = [w.numpy() for w in model.weights]
+        text = model.generate("w1 w2", max_length=6, stop_token_ids=None)
+        # A rank-0 array failed inside the traced step (IndexError); now it is the text.
+        self.assertEqual(model.generate(np.array("w1 w2"), max_length=6, stop_token_ids=None),
+                         text)
+        for bad in (np.array([b"w1 \xff"]), b"\xfe w2"):
+            with self.assertRaisesRegex(ValueError, r"generate: prompt 0 is not UTF-8 text"):
+                model.generate(bad, max_length=6)
+        for before, after in zip(weights, model.weights):
+            self.assertAllEqual(before, after)
+
     def test_stop_token_ids_must_be_ids_in_the_vocabulary(self):
         model = _task()
         for bad, message in (([99999], r"holds the id 99999, outside"),

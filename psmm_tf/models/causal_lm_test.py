@@ -232,6 +232,19 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
                                    strip_prompt=True)
         self.assertEqual(prompt.split() + generated.split(), full.split())
         self.assertLen(generated.replace("\n", " \n ").split(), 4)  # 9 - <eos> - 4 words
+        # Prompts held in a NumPy array or a string tensor keep those words too.
+        prompts = ["zebra w3 gnu zebra", "w5 gnu"]
+        texts = model.generate(prompts, max_length=12, stop_token_ids=None)
+        for held in (np.array(prompts), np.array(prompts, dtype=object),
+                     np.array([p.encode() for p in prompts])):
+            self.assertEqual(model.generate(held, max_length=12, stop_token_ids=None), texts)
+        for held in (np.array(prompts[0]), prompts[0].encode()):
+            self.assertEqual(model.generate(held, max_length=12, stop_token_ids=None), texts[0])
+        if keras.backend.backend() == "tensorflow":
+            self.assertEqual(model.generate(tf.constant(prompts), max_length=12,
+                                            stop_token_ids=None), texts)
+            self.assertEqual(model.generate(tf.constant(prompts[0]), max_length=12,
+                                            stop_token_ids=None), texts[0])
 
     def test_strip_prompt_gives_the_text_paths_words_for_tensors_datasets_and_ids(self):
         # keras-hub's own path (a string tensor, a dataset; ids without a preprocessor) strips
