@@ -176,8 +176,14 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             model.score(x, mask, scoring_mode="loss")
         with self.assertRaisesRegex(ValueError, r"layer_intercept_fn=...\) is not supported"):
             model.score(x, layer_intercept_fn=lambda h, i: h)
-        with self.assertRaisesRegex(ValueError, r"`padding_mask` must be bool"):
-            model.score(x, y)  # the old call's targets as a mask: refused, not scored
+        # keras-hub's default mask is float ones: a mask of numbers 0 and 1 reads as bool.
+        for numbers in (mask.astype("float32"), mask.astype("int32")):
+            self.assertAllClose(model.score(x, numbers), logits, atol=1e-6)
+        with self.assertRaisesRegex(ValueError, r"`padding_mask` must be bool or hold only 0 "
+                                                r"and 1, got dtype int\d+ holding \[\d+"):
+            model.score(x, y + 2)  # ids in the mask's place: refused, not scored
+        with self.assertRaisesRegex(ValueError, r"holding \[0.5\]"):
+            model.score(x, np.full(x.shape, 0.5, "float32"))
 
     @parameterized.named_parameters(*TASKS)
     def test_greedy_generate_is_the_argmax_of_the_full_sequence_mixture(self, cls):

@@ -22,7 +22,8 @@ def validate_inputs(model, token_ids, target_ids=None, padding_mask=None, state=
         token_ids: int array-like `(batch_size, T)` in `[0, vocab_size)`.
         target_ids: optional int array-like `(batch_size, T)` in `[0, vocab_size)` where
             `padding_mask` is True (padding may hold any id).
-        padding_mask: optional bool array-like `(batch_size, T)`; all True when None.
+        padding_mask: optional bool array-like `(batch_size, T)` (or numbers, all 0 or 1); all
+            True when None.
         state: optional tuple of `num_layers` pairs `(h, c)`, each `(batch_size, hidden_dim)`,
             finite.
         memory: optional dict with `hidden` `(batch_size, M, hidden_dim)` (finite), `token_ids`
@@ -43,9 +44,7 @@ def validate_inputs(model, token_ids, target_ids=None, padding_mask=None, state=
         raise ValueError("`token_ids` is empty: expected at least one token per row.")
     if padding_mask is None:
         padding_mask = np.ones(token_ids.shape, bool)
-    padding_mask = np.asarray(ops.convert_to_numpy(padding_mask))
-    if padding_mask.dtype != bool:
-        raise ValueError(f"`padding_mask` must be bool, got dtype {padding_mask.dtype}.")
+    padding_mask = _boolean_mask(padding_mask)
     _check_shape("padding_mask", padding_mask, token_ids.shape)
     _check_range("token_ids", token_ids, vocab_size, padding_mask)
     if target_ids is not None:
@@ -63,6 +62,22 @@ def validate_inputs(model, token_ids, target_ids=None, padding_mask=None, state=
         token_chars = _checked_characters(model, token_chars, token_ids.shape)
     return {"token_ids": token_ids, "target_ids": target_ids, "padding_mask": padding_mask,
             "state": state, "memory": memory, "token_chars": token_chars}
+
+
+def _boolean_mask(padding_mask):
+    """`padding_mask` as a bool array: bool, or numbers that are all 0 or 1 (keras-hub's
+    default mask is `ops.ones`, float); anything else (e.g. ids given in its place) refused."""
+    mask = np.asarray(ops.convert_to_numpy(padding_mask))
+    if mask.dtype == bool:
+        return mask
+    if mask.dtype.kind in "iuf":
+        others = np.unique(mask[(mask != 0) & (mask != 1)])
+        if others.size == 0:
+            return mask.astype(bool)
+        raise ValueError(f"`padding_mask` must be bool or hold only 0 and 1, got dtype "
+                         f"{mask.dtype} holding {others[:3].tolist()}.")
+    raise ValueError(f"`padding_mask` must be bool or hold only 0 and 1, got dtype "
+                     f"{mask.dtype}.")
 
 
 def _checked_characters(model, token_chars, ids_shape):

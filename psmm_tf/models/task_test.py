@@ -128,6 +128,11 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
             (dict(token_ids=ids[:, :0]), r"`token_ids` is empty"),
             (dict(token_ids=ids, padding_mask=np.ones((2, 4), bool)),
              r"`padding_mask` must have shape \(2, 3\)"),
+            (dict(token_ids=ids, padding_mask=np.full((2, 3), 2.0)),
+             r"`padding_mask` must be bool or hold only 0 and 1, got dtype float64 holding "
+             r"\[2.0\]"),
+            (dict(token_ids=ids, padding_mask=np.full((2, 3), "1")),
+             r"`padding_mask` must be bool or hold only 0 and 1, got dtype <U1"),
             (dict(token_ids=ids, state=model.zero_state(2)[:1]), r"tuple of 2 \(h, c\) pairs"),
             (dict(token_ids=ids, state=((np.full((2, 8), np.nan, "float32"),) * 2,) * 2),
              r"`state\[0\]\[0\]` holds NaN"),
