@@ -489,7 +489,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 `model.keras` (a psmm-train run folder, or an earlier `save_to_preset`), a
                 `.keras` file; a handle with a scheme (`kaggle://`, `hf://`, ...) goes to
                 keras-hub's loader.
-            load_weights: bool. False: the preset's architecture and vocabulary, new weights.
+            load_weights: bool. False: the preset's architecture and vocabulary, new weights
+                (and no gate calibration: it belongs to the preset's weights).
             **kwargs: `dtype` (a Keras dtype policy of the loaded model; None: keras-hub's
                 rule, the global policy for a float preset) and keras-hub's other options.
 
@@ -506,6 +507,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         else:
             model = _model_file_preset(path, cls, load_weights, **kwargs)
         _check_preset_class(model, cls, path)
+        if not load_weights and hasattr(model, "set_gate_calibration"):
+            # The gate's calibration was fitted to the preset's weights, not to new ones.
+            model.set_gate_calibration(None)
         return model
 
     def save_to_preset(self, preset_dir, max_shard_size=10):

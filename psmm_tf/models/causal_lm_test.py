@@ -390,6 +390,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
 
     def test_from_preset_loads_a_saved_preset_and_a_run_folder(self):
         model = _trained_looking(_task(), self.rng)
+        model.set_gate_calibration((0.5, 0.25))
         preset = os.path.join(self.get_temp_dir(), "preset")
         model.save_to_preset(preset)
         with self.assertRaisesRegex(FileExistsError, "never replaces"):
@@ -404,8 +405,11 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             self.assertAllClose(loaded.score_text("w1 w2 w3")["log_probs"],
                                 model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
             self.assertEqual(loaded.preprocessor.vocabulary, Vocabulary(WORDS))
-            # load_weights=False: the architecture and vocabulary, the initial weights.
+            self.assertEqual(tuple(loaded.pointer.gate_calibration), (0.5, 0.25))
+            # load_weights=False: the architecture and vocabulary, the initial weights, no
+            # calibration (fitted to the trained weights).
             fresh = PointerSentinelLM.from_preset(path, load_weights=False)
+            self.assertIsNone(fresh.pointer.gate_calibration)
             self.assertEqual(fresh.preprocessor.vocabulary, Vocabulary(WORDS))
             self.assertAllClose(fresh.trainable_weights[0], _task().trainable_weights[0])
             self.assertNotAllClose(fresh.trainable_weights[0], model.trainable_weights[0])
