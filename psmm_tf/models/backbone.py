@@ -161,6 +161,28 @@ class LSTMBackbone(keras_hub.models.Backbone):
         """The all-zero state: a tuple of `num_layers` pairs `(h, c)`."""
         return tuple(layer.zero_state(batch_size) for layer in self.lstm_layers)
 
+    def default_lora_layer_names(self):
+        """keras-hub's default LoRA targets are attention projections, which an LSTM has none
+        of: no layer is a default target (name one to `enable_lora`)."""
+        return []
+
+    def enable_lora(self, rank, target_layer_names=None):
+        """keras-hub's `enable_lora`: every weight frozen but LoRA factors of rank `rank` on the
+        named layers (the LSTM layers have no LoRA form; the input embedding has).
+
+        Raises:
+            ValueError: no named layer supports LoRA (keras-hub would freeze the whole backbone
+                and train nothing in it); nothing is changed.
+        """
+        supported = [layer.name for layer in self._flatten_layers(include_self=False)
+                     if layer.weights and hasattr(layer, "enable_lora")]
+        names = list(target_layer_names or self.default_lora_layer_names())
+        if not set(names) & set(supported):
+            raise ValueError(f"enable_lora(target_layer_names={target_layer_names!r}): no layer "
+                             f"of this LSTMBackbone with LoRA support is named; those that have "
+                             f"it: {supported} (its LSTM layers have none).")
+        super().enable_lora(rank, target_layer_names=names)
+
     def set_vocabulary(self, words):
         """Spells the vocabulary (V strings, index = id) for the "chars" input embedding; a
         no-op with "ids"."""

@@ -201,6 +201,22 @@ class GenerateTest(testing.TestCase):
         for before, after in zip(weights, model.weights):
             self.assertAllEqual(before, after)
 
+    def test_enable_lora_without_a_layer_that_supports_it_is_refused(self):
+        model = _task()
+        backbone = model.backbone
+        trainable = [w.path for w in backbone.trainable_weights]
+        for names in (None, ["lstm_0"], ["query"]):
+            with self.assertRaisesRegex(ValueError, r"no layer of this LSTMBackbone with LoRA "
+                                                    r"support is named; those that have it: "
+                                                    r"\['embedding'\]"):
+                backbone.enable_lora(2, target_layer_names=names)
+            # keras-hub would have frozen every weight and trained nothing.
+            self.assertEqual([w.path for w in backbone.trainable_weights], trainable)
+        backbone.enable_lora(2, target_layer_names=["embedding"])
+        self.assertEqual(sorted(w.name for w in backbone.trainable_weights),
+                         ["lora_embeddings_a", "lora_embeddings_b"])
+        self.assertEqual(model.score_text(["w1 w2"])["log_probs"].shape, (1, 3))
+
     def test_stop_token_ids_must_be_ids_in_the_vocabulary(self):
         model = _task()
         for bad, message in (([99999], r"holds the id 99999, outside"),
