@@ -19,7 +19,7 @@ from psmm_tf.data.corpus import load_splits
 from psmm_tf.data.vocabulary import Vocabulary
 from psmm_tf.evaluation import pointer_diagnostics, report, trained_run
 from psmm_tf.evaluation.evaluator import Evaluator
-from psmm_tf.models import build_model
+from psmm_tf.models import LSTMLanguageModel, PointerSentinelLM, build_model
 from psmm_tf.testing import snapshot, trained_tiny_run
 from psmm_tf.training import checkpointing, reporting, run_setup, train_lib
 from psmm_tf.training.steps import TrainStep
@@ -242,6 +242,20 @@ class ModelKeyTest(tf.test.TestCase):
         best = keras.saving.load_model(workdir + "/model.keras")
         for a, b in zip(model.weights, best.weights, strict=True):
             self.assertAllClose(a, b, msg=a.path)
+
+
+class RunFolderPresetTest(tf.test.TestCase):
+    def test_a_finished_run_folder_loads_as_a_preset(self):
+        # What the README's library section does with the quick start's run: the folder, its
+        # own config.json beside model.keras, is a preset for the task's from_preset.
+        workdir = str(trained_tiny_run())  # the tests' shared tiny run, read only
+        loaded = PointerSentinelLM.from_preset(workdir)
+        best = keras.saving.load_model(workdir + "/model.keras")
+        text = "the cat sat on the mat"
+        self.assertAllClose(loaded.score_text(text)["log_probs"],
+                            best.score_text(text)["log_probs"], atol=1e-6)
+        with self.assertRaisesRegex(ValueError, "holds a PointerSentinelLM, not a"):
+            LSTMLanguageModel.from_preset(workdir)
 
 
 class RealCorpusTest(tf.test.TestCase):
