@@ -36,10 +36,14 @@ class ScoringMixin:
         zero state with an empty memory; `score_with_state` carries them across calls and
         returns the gate too.
 
+        It runs eagerly on concrete inputs (it checks their values, then calls its own
+        compiled function), not inside a caller's `tf.function` or `jax.jit`; there, call the
+        model on the ids and take `log_distribution` of its outputs.
+
         Args:
             token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.
-            padding_mask: optional bool `(batch_size, T)` (all True when None); False for
-                padding, whose scores are 0.
+            padding_mask: optional bool `(batch_size, T)`, or numbers all 0 or 1 (all True when
+                None); False for padding, whose scores are 0.
             scoring_mode: "logits" (the mixture's log-probabilities of every word, pointer
                 included: logits whose softmax is the model's distribution), "loss" (the
                 per-token negative log-likelihood of `target_ids`) or "log_probs" (its
