@@ -805,9 +805,11 @@ def _held_texts(inputs):
     if isinstance(inputs, bytes) or (isinstance(inputs, np.ndarray)
                                      and inputs.dtype.kind in "USO"):
         values = np.asarray(inputs)
-    elif (getattr(getattr(inputs, "dtype", None), "name", None) == "string"
-          and callable(getattr(inputs, "numpy", None))):  # an eager tf.string tensor
-        values = np.asarray(inputs.numpy())
+    elif getattr(getattr(inputs, "dtype", None), "name", None) == "string":
+        try:  # an eager tf.string tensor; a symbolic one is left to keras-hub's path
+            values = np.asarray(inputs.numpy())
+        except (AttributeError, NotImplementedError, TypeError):
+            return inputs
     else:
         return inputs
     if values.ndim > 1:
