@@ -31,7 +31,7 @@ COLUMNS = (
     ("PSMM test (calibrated)", lambda s: s["psmm"].get("test")),
     ("LSTM valid", lambda s: s["lstm"]["best_valid"]),
     ("LSTM test", lambda s: s["lstm"].get("test")),
-    ("PSMM / LSTM test", lambda s: (s["psmm"]["test"] / s["lstm"]["test"]
+    ("PSMM (calibrated) / LSTM test", lambda s: (s["psmm"]["test"] / s["lstm"]["test"]
                                     if "test" in s["psmm"] and "test" in s["lstm"] else None)),
 )
 

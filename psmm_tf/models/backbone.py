@@ -172,16 +172,36 @@ class LSTMBackbone(keras_hub.models.Backbone):
 
         Raises:
             ValueError: no named layer supports LoRA (keras-hub would freeze the whole backbone
-                and train nothing in it); nothing is changed.
+                and train nothing in it); nothing is changed. A str names one layer.
         """
         supported = [layer.name for layer in self._flatten_layers(include_self=False)
                      if layer.weights and hasattr(layer, "enable_lora")]
+        if isinstance(target_layer_names, str):
+            target_layer_names = [target_layer_names]
         names = list(target_layer_names or self.default_lora_layer_names())
         if not set(names) & set(supported):
             raise ValueError(f"enable_lora(target_layer_names={target_layer_names!r}): no layer "
                              f"of this LSTMBackbone with LoRA support is named; those that have "
                              f"it: {supported} (its LSTM layers have none).")
         super().enable_lora(rank, target_layer_names=names)
+
+    def save_lora_weights(self, filepath):
+        """keras-hub's `.lora.h5` file, which holds `Dense`/`EinsumDense` factors
+        (`lora_kernel_a/b`) only.
+
+        Raises:
+            ValueError: a LoRA layer of this backbone is the embedding (its factors are
+                `lora_embeddings_a/b`); `model.save` and `save_to_preset` keep it (the factors
+                merged into the embedding). Nothing is written.
+        """
+        layers = [layer for layer in self._flatten_layers(include_self=False) if layer.weights]
+        others = [layers[i].name for i in getattr(self, "_lora_enabled_layers", [])
+                  if not hasattr(layers[i], "lora_kernel_a")]
+        if others:
+            raise ValueError(f"save_lora_weights({filepath!r}): keras-hub's .lora.h5 files hold "
+                             f"the LoRA factors of Dense layers only, not those of {others}; "
+                             "model.save or save_to_preset keeps the adapted model.")
+        super().save_lora_weights(filepath)
 
     def set_vocabulary(self, words):
         """Spells the vocabulary (V strings, index = id) for the "chars" input embedding; a

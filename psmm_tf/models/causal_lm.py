@@ -205,7 +205,10 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
     def make_generate_function(self):
         self._compile_if_needed()
-        return super().make_generate_function()
+        drop_stale_compiled_functions(self)
+        function = super().make_generate_function()
+        note_traced_weights(self)
+        return function
 
     # --- fit / evaluate ---------------------------------------------------------------------
 
@@ -554,6 +557,22 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             json.dump(metadata, f, indent=4)
 
 
+def drop_stale_compiled_functions(model):
+    """Drops `model`'s cached compiled functions (`score`'s, `generate`'s) where its weights
+    changed in number since they were traced: `backbone.enable_lora` adds factors that a
+    function traced before would not read (TensorFlow keeps the trace; JAX traces again)."""
+    traced = model.__dict__.get("_traced_weight_count")
+    if traced is not None and traced != len(model.weights):
+        model.__dict__["_scoring_functions"] = {}
+        if hasattr(model, "generate_function"):
+            model.generate_function = None
+
+
+def note_traced_weights(model):
+    """Records how many weights `model`'s compiled functions were traced with."""
+    model.__dict__["_traced_weight_count"] = len(model.weights)
+
+
 def _holds_keras_hub_config(path):
     """Whether the folder `path` is for keras-hub's loader: it holds a `config.json` that is not
     a psmm-train run's config beside the run's `model.keras` (a run folder has both files; its
@@ -799,12 +818,15 @@ def fit_targets(x, y, sample_weight):
 
 
 def _held_texts(inputs):
-    """`inputs` as a str or a list of str where it holds text as bytes, in a NumPy array or in
-    an eager string tensor of rank 0 or 1 (bytes read as UTF-8), so every form of a text prompt
-    keeps its words outside the vocabulary; other inputs as they are."""
+    """`inputs` as a str or a list of str where it holds text as bytes (or a list of them), in a
+    NumPy array or in an eager string tensor of rank 0 or 1 (bytes read as UTF-8), so every form
+    of a text prompt keeps its words outside the vocabulary; other inputs as they are."""
     if isinstance(inputs, bytes) or (isinstance(inputs, np.ndarray)
                                      and inputs.dtype.kind in "USO"):
         values = np.asarray(inputs)
+    elif (isinstance(inputs, (list, tuple)) and inputs
+          and all(isinstance(value, bytes) for value in inputs)):
+        values = np.asarray(list(inputs), dtype=object)
     elif getattr(getattr(inputs, "dtype", None), "name", None) == "string":
         try:  # an eager tf.string tensor; a symbolic one is left to keras-hub's path
             values = np.asarray(inputs.numpy())

@@ -212,10 +212,23 @@ class GenerateTest(testing.TestCase):
                 backbone.enable_lora(2, target_layer_names=names)
             # keras-hub would have frozen every weight and trained nothing.
             self.assertEqual([w.path for w in backbone.trainable_weights], trainable)
-        backbone.enable_lora(2, target_layer_names=["embedding"])
+        before = model.score_text(["w1 w2 w3"])["log_probs"]
+        backbone.enable_lora(2, target_layer_names="embedding")  # one name as a str
         self.assertEqual(sorted(w.name for w in backbone.trainable_weights),
                          ["lora_embeddings_a", "lora_embeddings_b"])
-        self.assertEqual(model.score_text(["w1 w2"])["log_probs"].shape, (1, 3))
+        factor = backbone.embedding.lora_embeddings_b
+        factor.assign(np.random.default_rng(0).normal(size=factor.shape).astype("float32"))
+        # The compiled scoring function traced before LoRA is dropped: the factors count.
+        adapted = model.score_text(["w1 w2 w3"])["log_probs"]
+        self.assertNotAllClose(adapted, before)
+        with self.assertRaisesRegex(ValueError, r"hold the LoRA factors of Dense layers only, "
+                                                r"not those of \['embedding'\]; model.save"):
+            backbone.save_lora_weights(os.path.join(self.get_temp_dir(), "a.lora.h5"))
+        self.assertFalse(os.path.exists(os.path.join(self.get_temp_dir(), "a.lora.h5")))
+        path = os.path.join(self.get_temp_dir(), "adapted.keras")
+        model.save(path)
+        self.assertAllClose(keras.saving.load_model(path).score_text(["w1 w2 w3"])["log_probs"],
+                            adapted, atol=1e-6)
 
     def test_stop_token_ids_must_be_ids_in_the_vocabulary(self):
         model = _task()

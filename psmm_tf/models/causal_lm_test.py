@@ -177,7 +177,8 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"layer_intercept_fn=...\) is not supported"):
             model.score(x, layer_intercept_fn=lambda h, i: h)
         # keras-hub's default mask is float ones: a mask of numbers 0 and 1 reads as bool.
-        for numbers in (mask.astype("float32"), mask.astype("int32")):
+        for numbers in (mask.astype("float32"), mask.astype("int32"),
+                        ops.cast(mask, "bfloat16")):
             self.assertAllClose(model.score(x, numbers), logits, atol=1e-6)
         with self.assertRaisesRegex(ValueError, r"`padding_mask` must be bool or hold only 0 "
                                                 r"and 1, got dtype int\d+ holding \[\d+"):
@@ -242,7 +243,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         prompts = ["zebra w3 gnu zebra", "w5 gnu"]
         texts = model.generate(prompts, max_length=12, stop_token_ids=None)
         for held in (np.array(prompts), np.array(prompts, dtype=object),
-                     np.array([p.encode() for p in prompts])):
+                     np.array([p.encode() for p in prompts]), [p.encode() for p in prompts]):
             self.assertEqual(model.generate(held, max_length=12, stop_token_ids=None), texts)
         for held in (np.array(prompts[0]), prompts[0].encode()):
             self.assertEqual(model.generate(held, max_length=12, stop_token_ids=None), texts[0])

@@ -70,6 +70,8 @@ def _boolean_mask(padding_mask):
     mask = np.asarray(ops.convert_to_numpy(padding_mask))
     if mask.dtype == bool:
         return mask
+    if mask.dtype.name == "bfloat16":  # ml_dtypes' kind is "V"
+        mask = mask.astype(np.float32)
     if mask.dtype.kind in "iuf":
         others = np.unique(mask[(mask != 0) & (mask != 1)])
         if others.size == 0:

@@ -16,7 +16,11 @@ from psmm_tf.layers import (
     vocab_log_prob,
 )
 from psmm_tf.models.backbone import LSTMBackbone
-from psmm_tf.models.causal_lm import RecurrentCausalLM
+from psmm_tf.models.causal_lm import (
+    RecurrentCausalLM,
+    drop_stale_compiled_functions,
+    note_traced_weights,
+)
 from psmm_tf.models.inputs import validate_inputs
 
 SCORING_MODES = ("log_probs", "loss", "logits")
@@ -115,6 +119,7 @@ class ScoringMixin:
             checked["state"] = self.zero_state(batch_size)
         if checked["memory"] is None:
             checked["memory"] = self.empty_memory(batch_size)
+        drop_stale_compiled_functions(self)
         functions = self.__dict__.setdefault("_scoring_functions", {})
         full = scoring_mode == "logits"
         if functions.get(full) is None:
@@ -123,6 +128,7 @@ class ScoringMixin:
             functions[full] = inference_function(
                 self, self._score_logits if full else self._score)
         result = self._score_in_pieces(checked, functions[full])
+        note_traced_weights(self)
         if scoring_mode == "loss":
             result["loss"] = -result.pop("log_probs")
         return result
