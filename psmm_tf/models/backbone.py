@@ -174,8 +174,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
             ValueError: no named layer supports LoRA (keras-hub would freeze the whole backbone
                 and train nothing in it); nothing is changed. A str names one layer.
         """
-        supported = [layer.name for layer in self._flatten_layers(include_self=False)
-                     if layer.weights and hasattr(layer, "enable_lora")]
+        supported = [layer.name for layer in self._weighted_layers()
+                     if hasattr(layer, "enable_lora")]
         if isinstance(target_layer_names, str):
             target_layer_names = [target_layer_names]
         names = list(target_layer_names or self.default_lora_layer_names())
@@ -194,7 +194,7 @@ class LSTMBackbone(keras_hub.models.Backbone):
                 `lora_embeddings_a/b`); `model.save` and `save_to_preset` keep it (the factors
                 merged into the embedding). Nothing is written.
         """
-        layers = [layer for layer in self._flatten_layers(include_self=False) if layer.weights]
+        layers = self._weighted_layers()
         others = [layers[i].name for i in getattr(self, "_lora_enabled_layers", [])
                   if not hasattr(layers[i], "lora_kernel_a")]
         if others:
@@ -202,6 +202,11 @@ class LSTMBackbone(keras_hub.models.Backbone):
                              f"the LoRA factors of Dense layers only, not those of {others}; "
                              "model.save or save_to_preset keeps the adapted model.")
         super().save_lora_weights(filepath)
+
+    def _weighted_layers(self):
+        """The layers holding weights, in keras-hub's order (`_lora_enabled_layers` indexes
+        them)."""
+        return [layer for layer in self._flatten_layers(include_self=False) if layer.weights]
 
     def set_vocabulary(self, words):
         """Spells the vocabulary (V strings, index = id) for the "chars" input embedding; a

@@ -72,14 +72,14 @@ def _boolean_mask(padding_mask):
         return mask
     if mask.dtype.name == "bfloat16":  # ml_dtypes' kind is "V"
         mask = mask.astype(np.float32)
+    held = ""
     if mask.dtype.kind in "iuf":
         others = np.unique(mask[(mask != 0) & (mask != 1)])
         if others.size == 0:
             return mask.astype(bool)
-        raise ValueError(f"`padding_mask` must be bool or hold only 0 and 1, got dtype "
-                         f"{mask.dtype} holding {others[:3].tolist()}.")
+        held = f" holding {others[:3].tolist()}"
     raise ValueError(f"`padding_mask` must be bool or hold only 0 and 1, got dtype "
-                     f"{mask.dtype}.")
+                     f"{mask.dtype}{held}.")
 
 
 def _checked_characters(model, token_chars, ids_shape):
