@@ -7,7 +7,7 @@ training windows in training mode, the gradient's error against float32's: the r
 `|g16 - g32| / |g32|` and the projection `g16 . g32 / |g32|^2` (1 when the 16-bit gradient is
 not biased along float32's). A projection away from 1, or an error far above its neighbours',
 locates a reduction that loses precision: this is how the bfloat16 sum in TensorFlow's bias
-gradient was found (docs/results.md, "bfloat16's bias gradient").
+gradient was found (docs/experiments/2026-log.md, "bfloat16's bias gradient").
 
 The gradients are those of psmm-train's step (`per_target_losses`, the run's pointer loss
 weight, native kernels where they build), from a zero state and an empty memory per window, so

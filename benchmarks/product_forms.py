@@ -14,7 +14,7 @@ the vocabulary head `(B T, H) x (H, V)`) the rows time:
   dY^T X alone             that form's product without the transpose.
 Each time is the median over `--rounds` calls of `--repeats` independent products (distinct
 operands, so that the graph optimizer cannot merge them), per product; dtypes interleaved.
-docs/results.md, "The weights' gradients in the faster form", has the numbers.
+docs/experiments/2026-log.md, "The weights' gradients in the faster form", has the numbers.
 
 Usage:
   python benchmarks/product_forms.py --preset=medium --rounds=15

@@ -15,9 +15,9 @@ class Dense(keras.layers.Dense):
     CPU gradient of that op (`BiasAddGrad`) sums a bfloat16 gradient over the rows in
     bfloat16: past 256 in magnitude the sum moves in steps of 2 or more, so terms under a step
     are lost. A `mixed_bfloat16` language model's output bias, whose gradient sums the
-    `(B * T, V)` softmax gradient over its rows, learned from a gradient 10% off the float32
-    one (and 4% too large along it) at `medium`, and 700 rows of -0.5 summed to -128 instead of
-    -350 (docs/results.md, "bfloat16's bias gradient"). The broadcast sum's gradient is a
+    `(B * T, V)` softmax gradient over its rows, would learn word frequencies from a sum that
+    dropped the small probabilities every row gives a frequent word (docs/design_notes.md,
+    "Every sum over rows of a 16-bit gradient"). The broadcast sum's gradient is a
     `reduce_sum`, which sums in float32. Float32, float16 and the JAX backend give the same
     numbers either way.
 
@@ -51,10 +51,11 @@ def affine(inputs, kernel, bias=None):
     On TensorFlow the inputs are flattened to one 2-D product and the bias added to it, which
     TensorFlow's graph optimizer fuses into the product (oneDNN's bias post-op): a product of
     3-D inputs is a batched product, and the bias added to its output a broadcast pass of its
-    own (docs/results.md, "The update in place, the bias in the product"). The bias is added as a
-    tensor's `+` (TensorFlow's AddV2, not `BiasAdd`, whose bfloat16 gradient is summed in
-    bfloat16; see `Dense`). Other backends take the product as it is (XLA fuses the sum); on
-    JAX with the kernel's gradient as `(dY^T X)^T` (`product_jax`).
+    own (docs/design_notes.md,
+    "An embedding's gradient stays its rows; the bias goes into the product"). The bias is
+    added as a tensor's `+` (TensorFlow's AddV2, not `BiasAdd`, whose bfloat16 gradient is
+    summed in bfloat16; see `Dense`). Other backends take the product as it is (XLA fuses the
+    sum); on JAX with the kernel's gradient as `(dY^T X)^T` (`product_jax`).
 
     Args:
         inputs: float `(..., in)`.
@@ -93,8 +94,8 @@ def weight_gradient(inputs, grad_outputs):
     """`X^T dY`, the gradient of the kernel of `Y = X W`, on TensorFlow.
 
     oneDNN's bfloat16 product of this form, whose sum runs over the rows of both, is slow on
-    a CPU with bfloat16 products (the AVX512-BF16 EPYC of docs/results.md, "The weights'
-    gradients in the faster form"), where the transpose of `dY^T X`, the transpose
+    a CPU with bfloat16 products (the AVX512-BF16 EPYC of docs/experiments/2026-log.md,
+    "The weights' gradients in the faster form"), where the transpose of `dY^T X`, the transpose
     included, was the faster form for the vocabulary head's and the LSTM kernels' gradients.
     So in bfloat16, on such a CPU, it is taken as the transpose of
     `dY^T X`. Elsewhere, and in other dtypes, it is `X^T dY`, as TensorFlow's own gradient of

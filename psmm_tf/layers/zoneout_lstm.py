@@ -192,8 +192,8 @@ class ZoneoutLSTM(keras.layers.Layer):
 
         In training the weights are 0 or 1: a drawn keep or a missing position is a logical
         "or", cast once (the arithmetic `1 - valid (1 - keep)` would take three passes over
-        the `(T, B, H)` masks before the first step of the recurrence; docs/results.md, "The
-        step's critical path")."""
+        the `(T, B, H)` masks before the first step of the recurrence;
+        docs/experiments/2026-log.md, "The step's critical path")."""
         shape = (num_steps, batch_size, self.units)
         missing = None
         if step_mask is not None:

@@ -17,7 +17,7 @@
 // keeps the old value); a new buffer every step would cost a pass of its own. The row update is
 // what TensorFlow's `ResourceScatterSub` computes, but that op puts its variable in "copy on
 // read" mode for good: every later read of the embedding would copy the whole table
-// (docs/results.md, "The update in place, the bias in the product, the embedding's rows").
+// (docs/design_notes.md, "An embedding's gradient stays its rows").
 
 #include <vector>
 

@@ -16,8 +16,8 @@ rounded once where Keras rounds `c g` and then `lr (c g)`. An embedding's gradie
 `tf.IndexedSlices` (`deduplicated`): its norm and its update read the rows the batch looked up,
 not the whole table, and the native row update writes them in place (TensorFlow's
 `ResourceScatterSub` would make every later read of the table a copy). Measured in
-`benchmarks/machine_limit.py` (docs/results.md, "The step's critical path" and "The update in
-place, the bias in the product, the embedding's rows").
+`benchmarks/machine_limit.py` (docs/design_notes.md, "The SGD update reads each gradient twice"
+and "An embedding's gradient stays its rows").
 """
 
 import keras
