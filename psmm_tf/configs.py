@@ -324,8 +324,13 @@ class TrainConfig:
     # validation split and keep it in model.keras (`psmm_tf.evaluation.gate_calibration`): the
     # trained gate is overconfident on new text (docs/design_notes.md). No effect on other kinds.
     calibrate_gate: bool = True
-    # The learning rate is multiplied by this when validation perplexity gets worse (paper: 0.5).
+    # The learning rate is multiplied by this when validation perplexity gets worse (paper: 0.5),
+    # or, with `lr_decay_from_epoch`, after every epoch from that one on.
     lr_decay: float = 0.5
+    # None: the paper's schedule (decay when validation gets worse). k: Zaremba et al.'s (2014):
+    # epochs 1 .. k at `learning_rate`, then `lr_decay` after every epoch whatever validation does
+    # (their medium LSTM: k = 6, lr_decay = 1 / 1.2, 39 epochs). `patience` still stops a run.
+    lr_decay_from_epoch: int | None = None
     # Stop after this many epochs without a better validation perplexity (paper: 3).
     patience: int = 3
     # At most this many epochs (paper: 64).
@@ -406,6 +411,10 @@ class TrainConfig:
                              f"{self.pointer_loss_weight!r}.")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}.")
+        if self.lr_decay_from_epoch is not None and not (
+                isinstance(self.lr_decay_from_epoch, int) and self.lr_decay_from_epoch >= 1):
+            raise ValueError(f"lr_decay_from_epoch must be an integer >= 1 or None, got "
+                             f"{self.lr_decay_from_epoch!r}.")
 
     def resolved_context_length(self, window_size):
         """C: the context positions of a training window for this config."""

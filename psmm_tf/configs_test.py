@@ -23,8 +23,9 @@ class ConfigTest(tf.test.TestCase):
         fields = json.loads(configs.get_preset("small").to_json())
         del fields["train"]["pointer_clip_norm"], fields["train"]["pointer_loss_weight"]
         del fields["train"]["calibrate_gate"], fields["model"]["initial_gate"]
-        del fields["train"]["char_cnn_clip_norm"]
+        del fields["train"]["char_cnn_clip_norm"], fields["train"]["lr_decay_from_epoch"]
         config = configs.ExperimentConfig.from_json(json.dumps(fields))
+        self.assertIsNone(config.train.lr_decay_from_epoch)  # the paper's schedule
         self.assertIsNone(config.train.pointer_clip_norm)  # one joint norm
         self.assertIsNone(config.train.char_cnn_clip_norm)
         self.assertEqual(config.train.pointer_loss_weight, 1.0)  # the paper's eq. 9
@@ -66,6 +67,10 @@ class ConfigTest(tf.test.TestCase):
 
     def test_edge_values_are_refused_naming_the_field(self):
         for make, message in [
+            (lambda: configs.TrainConfig(lr_decay_from_epoch=0),
+             r"lr_decay_from_epoch must be an integer >= 1 or None, got 0"),
+            (lambda: configs.TrainConfig(lr_decay_from_epoch=6.0),
+             r"lr_decay_from_epoch must be an integer >= 1 or None, got 6.0"),
             (lambda: configs.TrainConfig(max_eval_tokens=1),
              r"max_eval_tokens must be >= 2 \(a word to read and one to predict\), got 1"),
             (lambda: configs.DataConfig(synthetic_seed=-1),

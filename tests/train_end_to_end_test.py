@@ -157,6 +157,21 @@ class SyntheticRunTest(tf.test.TestCase):
                  for line in open(workdir + "/steps.jsonl").read().splitlines()]
         self.assertAllClose(rates, [k / 8 for k in range(1, 9)] + [1.0] * 4)
 
+    def test_zaremba_decay_lowers_the_rate_after_each_epoch_from_its_start(self):
+        # lr_decay_from_epoch=2: epochs 1 and 2 at the rate, epoch 3 at half of it, whatever
+        # validation did (steps.jsonl logs each step's rate; history.json each epoch's next).
+        workdir = self.get_temp_dir() + "/zaremba"
+        config = tiny_config(steps_per_epoch=2, max_epochs=3, max_eval_tokens=40,
+                             learning_rate=0.4, lr_decay=0.5, lr_decay_from_epoch=2,
+                             patience=3)
+        train_lib.run(config, workdir, verbose=0, finish=False)
+        rates = [json.loads(line)["learning_rate"]
+                 for line in open(workdir + "/steps.jsonl").read().splitlines()]
+        self.assertAllClose(rates, [0.4, 0.4, 0.4, 0.4, 0.2, 0.2])
+        history = json.loads(open(workdir + "/history.json").read())
+        self.assertAllClose([epoch["next_learning_rate"] for epoch in history],
+                            [0.4, 0.2, 0.1])
+
     def test_a_resumed_epoch_counts_the_seconds_before_its_checkpoint(self):
         # Five slow steps (over a second each), then the run stops at step 7, after ckpt-5 (a
         # kill): the resumed epoch's training seconds are the whole epoch's, not only the

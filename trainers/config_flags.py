@@ -113,7 +113,12 @@ CONFIG_FLAGS = (
        "pointer's share: step k of the first N trains on (1 - k/N) p_vocab + (k/N) p (0: none, "
        "the paper's start).", "non_negative"),
     _F("lr_decay", ("train.lr_decay",), "Factor applied to the learning rate when validation "
-       "perplexity gets worse (paper: 0.5).", "decay"),
+       "perplexity gets worse (paper: 0.5), or after every epoch from --lr_decay_from_epoch on.",
+       "decay"),
+    _F("lr_decay_from_epoch", ("train.lr_decay_from_epoch",), "Zaremba et al.'s schedule: "
+       "epochs 1..k at --learning_rate, then --lr_decay after every epoch whatever validation "
+       "does (their medium LSTM: 6 with --lr_decay=0.8333 --epochs=39). 0: the paper's "
+       "(decay when validation gets worse).", "non_negative", True),
     _F("clip_norm", ("train.clip_norm",), "Global gradient norm limit (paper: 1).",
        "finite_positive"),
     _F("pointer_clip_norm", ("train.pointer_clip_norm",), "Own global norm limit of the "

@@ -51,6 +51,20 @@ class FlagsToConfigTest(tf.test.TestCase):
         self.assertIsNone(config.train.pointer_clip_norm)
         self.assertEqual(config.train.clip_norm, 1.0)
 
+    def test_the_schedule_flags(self):
+        with flagsaver.flagsaver():  # Zaremba et al.'s medium schedule
+            config = _parse("--workdir=/tmp/w", "--preset=medium", "--lr_decay_from_epoch=6",
+                            "--lr_decay=0.8333", "--epochs=39")
+        self.assertEqual((config.train.lr_decay_from_epoch, config.train.lr_decay,
+                          config.train.max_epochs), (6, 0.8333, 39))
+        with flagsaver.flagsaver():  # 0: the paper's, the presets' own
+            config = _parse("--workdir=/tmp/w", "--preset=medium", "--lr_decay_from_epoch=0")
+        self.assertIsNone(config.train.lr_decay_from_epoch)
+        self.assertIsNone(configs.get_preset("medium").train.lr_decay_from_epoch)
+        with flagsaver.flagsaver(), self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                                           "must be an integer >= 0"):
+            _parse("--workdir=/tmp/w", "--lr_decay_from_epoch=-1")
+
     def test_the_start_flags(self):
         with flagsaver.flagsaver():
             config = _parse("--workdir=/tmp/w", "--preset=medium", "--init_scale=0",

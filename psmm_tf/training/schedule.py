@@ -1,8 +1,12 @@
-"""The paper's learning-rate schedule and early stopping (Merity et al. 2016, section 5.2).
+"""The paper's learning-rate schedule and early stopping (Merity et al. 2016, section 5.2), and
+Zaremba et al.'s (2014) decay by epoch.
 
 After every epoch the validation perplexity decides: the learning rate is multiplied by
 `lr_decay` (paper: halved) when it is worse than the previous epoch's, and training stops after
-`patience` (paper: 3) epochs without a new best, or after `max_epochs` (paper: 64).
+`patience` (paper: 3) epochs without a new best, or after `max_epochs` (paper: 64). With
+`decay_from_epoch` the rate is instead multiplied by `lr_decay` after every epoch from that one on,
+whatever validation does (Zaremba et al.'s medium LSTM: 1 / 1.2 from epoch 6, 39 epochs); the
+stopping rule is the same.
 """
 
 import dataclasses
@@ -17,7 +21,7 @@ class EpochDecision:
 
     Attributes:
         improved: bool. The perplexity is a new best (save the model).
-        decayed: bool. The learning rate was multiplied by `lr_decay`.
+        decayed: bool. The learning rate was multiplied by `lr_decay` (for the next epoch).
         stop: bool. Training is over (patience exhausted or `max_epochs` reached).
         learning_rate: float. The learning rate for the next epoch.
     """
@@ -41,6 +45,9 @@ class PlateauSchedule(tf.Module):
         max_epochs: int >= 1. Hard limit on epochs (paper: 64).
         decay_unless_best: bool. Decay when validation is not a new best, not only when it is
             worse than the previous epoch's (the character-output layer's rule).
+        decay_from_epoch: optional int >= 1. Zaremba et al.'s schedule: decay after epoch k for
+            every k >= this, whatever validation does (epochs 1 .. this at `learning_rate`).
+            None: decay by validation, as above.
 
     Example:
     ```python
@@ -54,12 +61,17 @@ class PlateauSchedule(tf.Module):
     """
 
     def __init__(self, learning_rate, lr_decay=0.5, patience=3, max_epochs=64,
-                 decay_unless_best=False, name=None):
+                 decay_unless_best=False, decay_from_epoch=None, name=None):
         super().__init__(name=name)
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}.")
         if not 0.0 < lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay!r}.")
+        if decay_from_epoch is not None and not (isinstance(decay_from_epoch, int)
+                                                 and decay_from_epoch >= 1):
+            raise ValueError(f"decay_from_epoch must be an integer >= 1 or None, got "
+                             f"{decay_from_epoch!r}.")
+        self.decay_from_epoch = decay_from_epoch
         self.lr_decay = float(lr_decay)
         self.patience = int(patience)
         self.max_epochs = int(max_epochs)
@@ -86,8 +98,11 @@ class PlateauSchedule(tf.Module):
             ppl = math.inf
         previous = float(self.previous_perplexity.numpy())
         best = float(self.best_perplexity.numpy())
-        # Section 5.2: halve the rate when validation is worse than the previous epoch's.
-        decayed = ppl >= best if self.decay_unless_best else ppl > previous
+        epoch = int(self.epochs_done.numpy()) + 1
+        if self.decay_from_epoch is not None:  # Zaremba et al.: by epoch, not by validation
+            decayed = epoch >= self.decay_from_epoch
+        else:  # section 5.2: halve the rate when validation is worse than the previous epoch's
+            decayed = ppl >= best if self.decay_unless_best else ppl > previous
         if decayed:
             self.learning_rate.assign(self.learning_rate * self.lr_decay)
         improved = ppl < best

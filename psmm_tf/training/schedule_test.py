@@ -45,6 +45,28 @@ class PlateauScheduleTest(tf.test.TestCase):
         self.assertEqual([d.stop for d in decisions], [False, False, False, True])
         self.assertEqual(decisions[-1].learning_rate, 1.0)
 
+    def test_zaremba_decay_by_epoch_whatever_validation_does(self):
+        # decay_from_epoch=3: epochs 1-3 at 1, then x 0.5 after epochs 3, 4, 5 and 6; a worse
+        # epoch (epoch 2) does not decay, a better one past the start (epoch 4) does; patience
+        # still stops the run (epochs 4-6 without a new best after 70).
+        schedule = PlateauSchedule(1.0, lr_decay=0.5, patience=3, max_epochs=64,
+                                   decay_from_epoch=3)
+        decisions = self.run_curve(schedule, [100.0, 110.0, 80.0, 70.0, 75.0, 71.0, 72.0])
+        self.assertEqual([d.decayed for d in decisions],
+                         [False, False, True, True, True, True, True])
+        self.assertEqual([d.learning_rate for d in decisions],
+                         [1.0, 1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125])
+        self.assertEqual([d.improved for d in decisions],
+                         [True, False, True, True, False, False, False])
+        self.assertEqual([d.stop for d in decisions], [False] * 6 + [True])
+        # Resumed from a checkpoint mid-way, it decays by the epochs it has done.
+        path = tf.train.Checkpoint(schedule=schedule).save(self.get_temp_dir() + "/zaremba")
+        restored = PlateauSchedule(1.0, lr_decay=0.5, patience=9, max_epochs=64,
+                                   decay_from_epoch=9)
+        tf.train.Checkpoint(schedule=restored).restore(path).assert_consumed()
+        self.assertFalse(restored.update(60.0).decayed)  # epoch 8 < 9
+        self.assertTrue(restored.update(65.0).decayed)  # epoch 9
+
     def test_non_finite_perplexity_is_worse(self):
         schedule = PlateauSchedule(1.0, patience=3, max_epochs=64)
         schedule.update(10.0)
@@ -68,6 +90,9 @@ class PlateauScheduleTest(tf.test.TestCase):
             PlateauSchedule(0.0)
         with self.assertRaisesRegex(ValueError, r"lr_decay must be in \(0, 1\]"):
             PlateauSchedule(1.0, lr_decay=1.5)
+        for epoch in (0, -1, 2.0):
+            with self.assertRaisesRegex(ValueError, "decay_from_epoch must be an integer >= 1"):
+                PlateauSchedule(1.0, decay_from_epoch=epoch)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ class _Run:
             self.optimizer = make_optimizer(train)
             self.optimizer.build(self.model.trainable_variables)
         self.schedule = PlateauSchedule(train.learning_rate, train.lr_decay, train.patience,
-                                        train.max_epochs)
+                                        train.max_epochs,
+                                        decay_from_epoch=train.lr_decay_from_epoch)
         self.context_length = train.resolved_context_length(config.model.window_size)
         self.train_step = TrainStep(
             self.model, self.optimizer, strategy, train.batch_size, self.context_length,
