@@ -428,6 +428,41 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "holds no config.json and no model.keras"):
             PointerSentinelLM.from_preset(self.get_temp_dir())
 
+    def test_a_presets_gate_calibration_comes_with_its_weights_only(self):
+        # keras-hub's own loader reads the head's weights only with load_weights=True; the
+        # calibration, fitted to those weights, is kept beside them, not in task.json.
+        import h5py
+
+        model = _trained_looking(_task(), self.rng)
+        model.set_gate_calibration((0.5, 0.25))
+        preset = os.path.join(self.get_temp_dir(), "calibrated")
+        model.save_to_preset(preset)
+        task_file = os.path.join(preset, "task.json")
+        with open(task_file) as f:
+            self.assertIsNone(json.load(f)["config"]["gate_calibration"])
+        loaded = keras_hub.models.CausalLM.from_preset(preset)
+        self.assertEqual(tuple(loaded.pointer.gate_calibration), (0.5, 0.25))
+        self.assertAllClose(loaded.score_text("w1 w2 w3")["log_probs"],
+                            model.score_text("w1 w2 w3")["log_probs"], atol=1e-6)
+        fresh = keras_hub.models.CausalLM.from_preset(preset, load_weights=False)
+        self.assertIsNone(fresh.pointer.gate_calibration)
+        # A preset that holds the calibration in task.json and not in its weights file (as
+        # release 0.2.0 wrote them) loads with it.
+        with open(task_file) as f:
+            task = json.load(f)
+        task["config"]["gate_calibration"] = [0.75, -0.5]
+        with open(task_file, "w") as f:
+            json.dump(task, f)
+        with h5py.File(os.path.join(preset, "task.weights.h5"), "a") as f:
+            del f.attrs["psmm_tf_gate_calibration"]
+        older = keras_hub.models.CausalLM.from_preset(preset)
+        self.assertEqual(tuple(older.pointer.gate_calibration), (0.75, -0.5))
+        # An uncalibrated model's preset loads uncalibrated.
+        model.set_gate_calibration(None)
+        plain = os.path.join(self.get_temp_dir(), "plain")
+        model.save_to_preset(plain)
+        self.assertIsNone(keras_hub.models.CausalLM.from_preset(plain).pointer.gate_calibration)
+
     @parameterized.named_parameters(*TASKS)
     def test_keras_hubs_loaders_open_a_saved_preset(self, cls):
         model = _trained_looking(_task(cls), self.rng)

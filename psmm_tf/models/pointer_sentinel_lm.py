@@ -1,6 +1,11 @@
 """The pointer sentinel-LSTM language model (Merity et al. 2016)."""
 
+import json
+import os
+
 import keras
+import numpy as np
+from keras_hub.src.utils import preset_utils
 
 from psmm_tf.configs import Hyperparameter
 from psmm_tf.layers import PointerSentinel
@@ -8,6 +13,9 @@ from psmm_tf.layers.pointer_sentinel import check_gate_calibration
 from psmm_tf.models.language_model import LanguageModel
 from psmm_tf.models.parameters import pointer_parameter_count
 from psmm_tf.models.registry import register_model
+
+# The gate's calibration in a preset's task.weights.h5: an attribute of the file's root.
+GATE_CALIBRATION_ATTRIBUTE = "psmm_tf_gate_calibration"
 
 
 @register_model
@@ -86,6 +94,43 @@ class PointerSentinelLM(LanguageModel):
         gate."""
         self.pointer.gate_calibration = check_gate_calibration(gate_calibration)
         self.reset_compiled_functions()
+
+    # --- the calibration in a preset: with the head's weights, not in task.json -------------
+
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """`RecurrentCausalLM.save_to_preset`, the gate's calibration kept with the head's
+        weights (`task.weights.h5`) instead of `task.json`: it was fitted to those weights, so
+        keras-hub's loaders, which read the weights only with `load_weights=True`, give a preset
+        loaded without them the uncalibrated gate of eq. 8."""
+        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        task_file = os.path.join(os.fspath(preset_dir), preset_utils.TASK_CONFIG_FILE)
+        with open(task_file, encoding="utf-8") as file:
+            task = json.load(file)
+        task["config"]["gate_calibration"] = None
+        with open(task_file, "w", encoding="utf-8") as file:
+            json.dump(task, file, indent=4)
+
+    def save_task_weights(self, filepath):
+        """keras-hub's head weights, and the gate's calibration as an attribute of the file."""
+        super().save_task_weights(filepath)
+        if self.pointer.gate_calibration is not None:
+            import h5py
+
+            with h5py.File(filepath, "a") as file:
+                file.attrs[GATE_CALIBRATION_ATTRIBUTE] = np.asarray(
+                    self.pointer.gate_calibration, "float64")
+
+    def load_task_weights(self, filepath):
+        """keras-hub's head weights, and the gate's calibration where the file holds one (a
+        file without it, such as a preset whose task.json holds the calibration, keeps the
+        model's)."""
+        super().load_task_weights(filepath)
+        import h5py
+
+        with h5py.File(filepath, "r") as file:
+            calibration = file.attrs.get(GATE_CALIBRATION_ATTRIBUTE)
+        if calibration is not None:
+            self.set_gate_calibration(tuple(float(value) for value in calibration))
 
 
 def _offset(seed, offset):
