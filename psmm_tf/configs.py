@@ -329,7 +329,8 @@ class TrainConfig:
     lr_decay: float = 0.5
     # None: the paper's schedule (decay when validation gets worse). k: Zaremba et al.'s (2014):
     # epochs 1 .. k at `learning_rate`, then `lr_decay` after every epoch whatever validation does
-    # (their medium LSTM: k = 6, lr_decay = 1 / 1.2, 39 epochs). `patience` still stops a run.
+    # (their medium LSTM: k = 6, lr_decay = 1 / 1.2, 39 epochs). `patience` still stops a run
+    # (patience = max_epochs: it runs to its end, as theirs).
     lr_decay_from_epoch: int | None = None
     # Stop after this many epochs without a better validation perplexity (paper: 3).
     patience: int = 3
@@ -412,7 +413,9 @@ class TrainConfig:
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}.")
         if self.lr_decay_from_epoch is not None and not (
-                isinstance(self.lr_decay_from_epoch, int) and self.lr_decay_from_epoch >= 1):
+                isinstance(self.lr_decay_from_epoch, int)
+                and not isinstance(self.lr_decay_from_epoch, bool)
+                and self.lr_decay_from_epoch >= 1):
             raise ValueError(f"lr_decay_from_epoch must be an integer >= 1 or None, got "
                              f"{self.lr_decay_from_epoch!r}.")
 

@@ -71,6 +71,8 @@ class ConfigTest(tf.test.TestCase):
              r"lr_decay_from_epoch must be an integer >= 1 or None, got 0"),
             (lambda: configs.TrainConfig(lr_decay_from_epoch=6.0),
              r"lr_decay_from_epoch must be an integer >= 1 or None, got 6.0"),
+            (lambda: configs.TrainConfig(lr_decay_from_epoch=True),
+             r"lr_decay_from_epoch must be an integer >= 1 or None, got True"),
             (lambda: configs.TrainConfig(max_eval_tokens=1),
              r"max_eval_tokens must be >= 2 \(a word to read and one to predict\), got 1"),
             (lambda: configs.DataConfig(synthetic_seed=-1),

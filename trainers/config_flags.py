@@ -117,7 +117,8 @@ CONFIG_FLAGS = (
        "decay"),
     _F("lr_decay_from_epoch", ("train.lr_decay_from_epoch",), "Zaremba et al.'s schedule: "
        "epochs 1..k at --learning_rate, then --lr_decay after every epoch whatever validation "
-       "does (their medium LSTM: 6 with --lr_decay=0.8333 --epochs=39). 0: the paper's "
+       "does (their medium LSTM: 6 with --lr_decay=0.8333 --epochs=39 --patience=39, which "
+       "trains all 39). 0: the paper's "
        "(decay when validation gets worse).", "non_negative", True),
     _F("clip_norm", ("train.clip_norm",), "Global gradient norm limit (paper: 1).",
        "finite_positive"),

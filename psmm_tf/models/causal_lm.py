@@ -520,9 +520,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         keras-hub's loaders (`keras_hub.models.CausalLM.from_preset`) load.
 
         The folder holds `task.json` (the task's config), `task.weights.h5` (the head's
-        weights), `config.json` and `model.weights.h5` (the backbone), `preprocessor.json`,
-        `tokenizer.json` and `assets/tokenizer/vocabulary.txt` (the tokenizer's asset, the one
-        copy of the tokens), and
+        weights; PSMM's gate calibration with them), `config.json` and `model.weights.h5` (the
+        backbone), `preprocessor.json`, `tokenizer.json` and `assets/tokenizer/vocabulary.txt`
+        (the tokenizer's asset, the one copy of the tokens), and
         `metadata.json` (keras-hub's, plus `psmm_tf_version` and `class_name`).
 
         Raises:

@@ -457,6 +457,22 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             del f.attrs["psmm_tf_gate_calibration"]
         older = keras_hub.models.CausalLM.from_preset(preset)
         self.assertEqual(tuple(older.pointer.gate_calibration), (0.75, -0.5))
+        # A damaged attribute is refused naming the file, before any weight is read.
+        weights_file = os.path.join(preset, "task.weights.h5")
+        for damaged in (0.5, [0.5], [1.0, 2.0, 3.0], [float("nan"), 0.0], [-1.0, 0.0], "x"):
+            with h5py.File(weights_file, "a") as f:
+                f.attrs["psmm_tf_gate_calibration"] = damaged
+            with self.subTest(damaged=damaged), self.assertRaisesRegex(
+                    ValueError, r"task\.weights\.h5: its psmm_tf_gate_calibration attribute is "
+                    r"not a gate calibration: expected a pair \(scale, bias\) of finite numbers "
+                    r"with scale >= 0, found"):
+                keras_hub.models.CausalLM.from_preset(preset)
+            before = [w.numpy() for w in older.weights]
+            with self.assertRaises(ValueError):
+                older.load_task_weights(weights_file)
+            self.assertEqual(tuple(older.pointer.gate_calibration), (0.75, -0.5))
+            for weight, value in zip(older.weights, before):
+                self.assertAllEqual(weight, value)
         # An uncalibrated model's preset loads uncalibrated.
         model.set_gate_calibration(None)
         plain = os.path.join(self.get_temp_dir(), "plain")

@@ -123,14 +123,31 @@ class PointerSentinelLM(LanguageModel):
     def load_task_weights(self, filepath):
         """keras-hub's head weights, and the gate's calibration where the file holds one (a
         file without it, such as a preset whose task.json holds the calibration, keeps the
-        model's)."""
-        super().load_task_weights(filepath)
+        model's).
+
+        Raises:
+            ValueError: the file's calibration is not a pair `(scale, bias)` of finite numbers
+                with `scale >= 0`, naming the file; the model is left as it was.
+        """
         import h5py
 
         with h5py.File(filepath, "r") as file:
-            calibration = file.attrs.get(GATE_CALIBRATION_ATTRIBUTE)
+            stored = file.attrs.get(GATE_CALIBRATION_ATTRIBUTE)
+        calibration = None
+        if stored is not None:
+            try:
+                values = np.asarray(stored, dtype="float64")
+                if values.shape != (2,):
+                    raise ValueError(f"got shape {values.shape}")
+                calibration = check_gate_calibration(values)
+            except (TypeError, ValueError) as error:
+                raise ValueError(
+                    f"{filepath}: its {GATE_CALIBRATION_ATTRIBUTE} attribute is not a gate "
+                    f"calibration: expected a pair (scale, bias) of finite numbers with scale "
+                    f">= 0, found {stored!r} ({error}).") from None
+        super().load_task_weights(filepath)
         if calibration is not None:
-            self.set_gate_calibration(tuple(float(value) for value in calibration))
+            self.set_gate_calibration(calibration)
 
 
 def _offset(seed, offset):

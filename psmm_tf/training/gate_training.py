@@ -27,8 +27,8 @@ def input_output_gate_config(base_workdir, embedding_dim=300, dropout=0.5, learn
 
     The base run's data and model settings are kept (its corpus, vocabulary and sizes); the
     model becomes its `model.keras`, frozen, with a new gate. Training uses Adam at
-    `learning_rate`; the plateau schedule, patience, gradient clipping and the windowing scheme
-    stay the base run's.
+    `learning_rate`; the learning-rate schedule, patience, gradient clipping and the windowing
+    scheme stay the base run's.
 
     Args:
         base_workdir: str or path. A finished (or at least once validated) training run: it

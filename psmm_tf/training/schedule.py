@@ -67,8 +67,8 @@ class PlateauSchedule(tf.Module):
             raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}.")
         if not 0.0 < lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay!r}.")
-        if decay_from_epoch is not None and not (isinstance(decay_from_epoch, int)
-                                                 and decay_from_epoch >= 1):
+        if decay_from_epoch is not None and (isinstance(decay_from_epoch, bool) or not (
+                isinstance(decay_from_epoch, int) and decay_from_epoch >= 1)):
             raise ValueError(f"decay_from_epoch must be an integer >= 1 or None, got "
                              f"{decay_from_epoch!r}.")
         self.decay_from_epoch = decay_from_epoch

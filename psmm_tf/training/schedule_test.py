@@ -90,7 +90,7 @@ class PlateauScheduleTest(tf.test.TestCase):
             PlateauSchedule(0.0)
         with self.assertRaisesRegex(ValueError, r"lr_decay must be in \(0, 1\]"):
             PlateauSchedule(1.0, lr_decay=1.5)
-        for epoch in (0, -1, 2.0):
+        for epoch in (0, -1, 2.0, True):
             with self.assertRaisesRegex(ValueError, "decay_from_epoch must be an integer >= 1"):
                 PlateauSchedule(1.0, decay_from_epoch=epoch)
 

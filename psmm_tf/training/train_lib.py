@@ -3,8 +3,9 @@
 Each epoch reads the training split as B contiguous streams in windows of C + T tokens and
 carries the LSTM state (and, with `pointer_memory="cache"`, the pointer memory) from window to
 window; both are reset at the start of every epoch. After each epoch the exact validation
-perplexity drives the paper's schedule (section 5.2: learning rate halved when worse than the
-previous epoch, stop after `patience` epochs without improvement or at `max_epochs`), and the
+perplexity drives the schedule (`PlateauSchedule`: the paper's section 5.2, the learning rate
+halved when worse than the previous epoch, or Zaremba et al.'s decay by epoch from
+`lr_decay_from_epoch`; stop after `patience` epochs without improvement or at `max_epochs`), and the
 best model is saved as `workdir/model.keras`. Checkpoints every `checkpoint_every_steps` steps
 and at every epoch end let a killed run resume with the same losses as an uninterrupted one.
 """
