@@ -14,7 +14,7 @@ exactly). Rows:
                    the first update).
   psmm_previous, lstm_previous
                    the medium preset's earlier regime and start (batch 32, BPTT 100, Keras'
-                   initialisers, no warm-up), for the comparison in docs/results.md.
+                   initialisers, no warm-up), for the comparison in docs/experiments/2026-log.md.
   psmm_bf16, lstm_bf16
                    psmm and lstm under the mixed_bfloat16 policy (--mixed_precision).
 
