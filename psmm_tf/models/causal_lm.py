@@ -115,6 +115,15 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     backbone = None
     preprocessor = None
 
+    def __init__(self, *args, **kwargs):
+        if type(self) is RecurrentCausalLM:  # keras-hub builds the base on a backbone's preset
+            raise ValueError(
+                "RecurrentCausalLM is the base of psmm_tf's tasks and has no head: build "
+                "PointerSentinelLM, LSTMLanguageModel or PointerSoftmaxLM. A preset without "
+                "task.json (a backbone's) loads with the task's class, e.g. "
+                "PointerSentinelLM.from_preset(path, window_size=100).")
+        super().__init__(*args, **kwargs)
+
     @property
     def sampler(self):
         """The keras-hub sampler `generate` uses (set by `compile`; None before)."""
@@ -504,6 +513,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         """
         path = os.fspath(preset)
         if "://" in path or _holds_keras_hub_config(path):
+            if not preset_utils.check_file_exists(path, preset_utils.TASK_CONFIG_FILE):
+                # A backbone's preset (keras-hub's layout without task.json): a new head on it.
+                return _task_on_backbone_preset(cls, path, load_weights, **kwargs)
             # keras-hub's loader, asked for the common base: it builds task.json's class.
             model = super(RecurrentCausalLM, RecurrentCausalLM).from_preset(
                 preset, load_weights=load_weights, **kwargs)
@@ -597,6 +609,27 @@ def _check_preset_class(model, cls, path):
     if not isinstance(model, cls):
         raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
                          f"{cls.__name__}.")
+
+
+def _task_on_backbone_preset(cls, path, load_weights, dtype=None, **kwargs):
+    """A new `cls` task (its head initialised, `kwargs` its arguments: `window_size`, ...) on
+    the backbone (and, where the preset has one, the preprocessor) of a preset without a task,
+    as keras-hub builds a task on a backbone's preset."""
+    if cls is RecurrentCausalLM:
+        raise ValueError(
+            f"preset {path!r} holds a backbone and no task ({preset_utils.TASK_CONFIG_FILE}): "
+            f"keras_hub.models.CausalLM cannot tell which head to put on it; load it with the "
+            f"task's class, e.g. psmm_tf.models.PointerSentinelLM.from_preset({path!r}, "
+            f"window_size=100) or LSTMLanguageModel.from_preset({path!r}).")
+    backbone = keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
+                                                     **({} if dtype is None else {"dtype": dtype}))
+    if not isinstance(backbone, LSTMBackbone):
+        raise ValueError(f"preset {path!r} holds a {type(backbone).__name__}, not an "
+                         f"LSTMBackbone: {cls.__name__} reads an LSTMBackbone's states.")
+    if preset_utils.check_file_exists(path, preset_utils.PREPROCESSOR_CONFIG_FILE):
+        kwargs.setdefault("preprocessor",
+                          keras_hub.models.CausalLMPreprocessor.from_preset(path))
+    return cls(backbone=backbone, **kwargs)
 
 
 def _model_file_preset(path, cls, load_weights=True, dtype=None, **kwargs):

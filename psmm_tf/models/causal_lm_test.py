@@ -428,6 +428,30 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "holds no config.json and no model.keras"):
             PointerSentinelLM.from_preset(self.get_temp_dir())
 
+    def test_a_task_builds_on_a_backbones_preset(self):
+        # keras-hub's way to share a backbone: its preset (and the preprocessor's) without a
+        # task.json; a task's class puts a new head on it, keras-hub's base class cannot.
+        model = _trained_looking(_task(), self.rng)
+        preset = os.path.join(self.get_temp_dir(), "backbone_only")
+        model.backbone.save_to_preset(preset)
+        model.preprocessor.save_to_preset(preset)
+        self.assertNotIn("task.json", os.listdir(preset))
+        task = PointerSentinelLM.from_preset(preset, window_size=6)
+        self.assertIs(type(task), PointerSentinelLM)
+        self.assertEqual(task.window_size, 6)
+        self.assertEqual(task.preprocessor.vocabulary, Vocabulary(WORDS))
+        for loaded, saved in zip(task.backbone.weights, model.backbone.weights, strict=True):
+            self.assertAllEqual(loaded, saved)
+        self.assertEqual(len(task.score_text("w1 w2 w3")["log_probs"][0]),
+                         len(model.score_text("w1 w2 w3")["log_probs"][0]))
+        fresh = LSTMLanguageModel.from_preset(preset, load_weights=False)
+        self.assertNotAllClose(fresh.backbone.trainable_weights[0],
+                               model.backbone.trainable_weights[0])
+        with self.assertRaisesRegex(ValueError, r"RecurrentCausalLM is the base of psmm_tf's "
+                                    r"tasks and has no head: .* A preset without task\.json "
+                                    r"\(a backbone's\) loads with the task's class"):
+            keras_hub.models.CausalLM.from_preset(preset)
+
     def test_a_presets_gate_calibration_comes_with_its_weights_only(self):
         # keras-hub's own loader reads the head's weights only with load_weights=True; the
         # calibration, fitted to those weights, is kept beside them, not in task.json.
