@@ -428,6 +428,33 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "holds no config.json and no model.keras"):
             PointerSentinelLM.from_preset(self.get_temp_dir())
 
+    def test_quantize_takes_the_embedding_and_the_head_and_saves(self):
+        # keras-hub's `quantize("int8")`: the input embedding and the vocabulary head (psmm_tf's
+        # Dense, Keras' quantized forms) are quantized; a `.keras` file and a preset load the
+        # quantized model as it was.
+        model = _trained_looking(_task(), self.rng)
+        texts = ["w1 w2 w3\nw4 w5", "w6"]
+        floats = model.score_text(texts)["log_probs"]
+        model.preprocessor(texts)  # its tokenizer built, as keras-hub's quantize asks of GPT-2's
+        model.quantize("int8")
+        self.assertEqual({layer.name: layer.quantization_mode for layer in model._flatten_layers()
+                          if layer.quantization_mode},
+                         {"embedding": "int8", "vocab_head": "int8"})
+        quantized = model.score_text(texts)["log_probs"]
+        self.assertAllClose(quantized, floats, atol=0.05)
+        self.assertNotAllClose(quantized, floats, atol=1e-7)
+        path = os.path.join(self.get_temp_dir(), "int8.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+        self.assertEqual(loaded.vocab_head.quantization_mode, "int8")
+        self.assertAllClose(loaded.score_text(texts)["log_probs"], quantized, atol=1e-6)
+        preset = os.path.join(self.get_temp_dir(), "int8_preset")
+        model.save_to_preset(preset)
+        loaded = keras_hub.models.CausalLM.from_preset(preset)
+        self.assertEqual((loaded.vocab_head.quantization_mode,
+                          loaded.backbone.embedding.quantization_mode), ("int8", "int8"))
+        self.assertAllClose(loaded.score_text(texts)["log_probs"], quantized, atol=1e-6)
+
     def test_a_task_builds_on_a_backbones_preset(self):
         # keras-hub's way to share a backbone: its preset (and the preprocessor's) without a
         # task.json; a task's class puts a new head on it, keras-hub's base class cannot.

@@ -270,6 +270,9 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
             `(attention, gate)` (`PointerSentinel`, `PointerSoftmax`); given by the subclasses.
         compile: bool. Compile with the defaults of `RecurrentCausalLM.compile` (keras-hub's
             convention; psmm-train builds its models uncompiled).
+        head_dtype: optional Keras dtype policy of the vocabulary head, where it differs from
+            the backbone's: the quantized policy `quantize` gives it (`int8_from_float32`, ...),
+            kept in the config so that a saved quantized model loads as it was.
 
     Call arguments:
         token_ids: int `(batch_size, C + T)`, or a dict with `token_ids` and `padding_mask`
@@ -323,7 +326,7 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
 
     def __init__(self, backbone, window_size=100, output_dropout=0.5, softmax="full",
                  num_sampled=1024, max_word_length=24, seed=None, preprocessor=None,
-                 pointer=None, compile=True, **kwargs):
+                 pointer=None, compile=True, head_dtype=None, **kwargs):
         super().__init__(compile=False, **kwargs)
         backbone = as_backbone(backbone)
         if isinstance(preprocessor, dict):
@@ -346,9 +349,10 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         self.softmax_dropout = LockedDropout(
             output_dropout, seed=None if seed is None else seed + 40 + backbone.num_layers,
             name="output_dropout", dtype=policy)
+        # A quantized head (`quantize`) keeps its own policy, `int8_from_float32`, ...
         self.vocab_head = _vocab_head(softmax, backbone.vocab_size, backbone.hidden_dim,
                                       num_sampled, max_word_length, seed, backbone.init_scale,
-                                      dtype=policy)
+                                      dtype=policy if head_dtype is None else head_dtype)
         if (pointer is not None) != self.has_pointer:
             raise TypeError(f"{type(self).__name__} declares has_pointer={self.has_pointer} "
                             f"but was given pointer={pointer!r}.")
@@ -506,6 +510,8 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
                                  keras.saving.serialize_keras_object(self.preprocessor)),
             }
         )
+        if self.vocab_head.quantization_mode is not None:
+            config["head_dtype"] = keras.dtype_policies.serialize(self.vocab_head.dtype_policy)
         return config
 
     @classmethod
