@@ -45,7 +45,9 @@ class LSTMBackbone(keras_hub.models.Backbone):
     Call arguments:
         token_ids: int `(batch_size, T)` in `[0, vocab_size)`: checked in eager calls, not
             inside compiled functions (validate ids where they enter: the data pipeline, the
-            serving signatures, `psmm_tf.models.validate_inputs`).
+            serving signatures, `psmm_tf.models.validate_inputs`). Or keras-hub's backbone
+            inputs, a dict of `token_ids` and `padding_mask` (bool, or numbers: nonzero is a
+            token), the mask taken as `token_mask`.
         initial_state: optional tuple of `num_layers` pairs `(h, c)`, each `(batch_size, H)`.
         token_mask: optional bool `(batch_size, T)`; False positions leave the state unchanged.
         training: bool.
@@ -216,6 +218,8 @@ class LSTMBackbone(keras_hub.models.Backbone):
 
     def call(self, token_ids, initial_state=None, token_mask=None, training=False,
              state_index=None, token_chars=None):
+        if isinstance(token_ids, dict):  # keras-hub's backbone inputs
+            token_ids, token_mask = _keras_hub_inputs(token_ids, token_mask)
         # Checked where the ids are concrete (eager); compiled steps rely on their callers.
         token_ids = checked_ids("token_ids", token_ids, self.vocab_size)
         if initial_state is None:
@@ -258,3 +262,19 @@ class LSTMBackbone(keras_hub.models.Backbone):
             }
         )
         return config
+
+
+def _keras_hub_inputs(inputs, token_mask):
+    """`(token_ids, token_mask)` of keras-hub's backbone inputs, a dict of `token_ids` and
+    optionally `padding_mask` (bool, or numbers 0 and 1)."""
+    keys = set(inputs)
+    if "token_ids" not in keys or keys - {"token_ids", "padding_mask"}:
+        raise ValueError(f"LSTMBackbone reads token_ids (batch_size, T), or keras-hub's dict of "
+                         f"token_ids and padding_mask; got a dict of {sorted(keys)}.")
+    if "padding_mask" in keys and token_mask is not None:
+        raise ValueError("LSTMBackbone was given a padding_mask in its inputs and a token_mask: "
+                         "give one of them.")
+    mask = inputs.get("padding_mask", token_mask)
+    if mask is not None and not str(getattr(mask, "dtype", "")).endswith("bool"):
+        mask = ops.not_equal(mask, 0)
+    return inputs["token_ids"], mask

@@ -327,11 +327,17 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             strip_prompt: bool, as keras-hub's.
 
         Raises:
-            ValueError: `max_length` or `stop_token_ids` is not of the form above, or a prompt
-                leaves no position to generate.
+            ValueError: `max_length` or `stop_token_ids` is not of the form above, a prompt
+                leaves no position to generate, or preprocessed ids (a dict) are given to a
+                model with a preprocessor.
         """
         _check_max_length(max_length)
         stop_token_ids = _checked_stop_token_ids(stop_token_ids, self.vocab_size)
+        if self.preprocessor is not None and isinstance(inputs, dict):
+            raise ValueError(
+                f"generate: the prompts are preprocessed ids (a dict of {sorted(inputs)}), but "
+                f"this model has a preprocessor, which reads text: give the prompts as text, or "
+                f"set model.preprocessor = None to generate from ids.")
         if self.preprocessor is not None:
             inputs = _held_texts(inputs)
             length = self.preprocessor.sequence_length if max_length is None else max_length

@@ -116,6 +116,18 @@ class FitTest(testing.TestCase):
         for old, new in zip(before, _weights(model)):
             self.assertAllEqual(old, new)
 
+    def test_an_unbatched_dataset_of_texts_is_refused_naming_the_batch(self):
+        import tensorflow as tf
+
+        model = _task()
+        before = _weights(model)
+        with self.assertRaisesRegex(ValueError, r"token_ids must be \(batch_size, T\), got rank "
+                                                r"1: .*dataset\.batch\(n\)"):
+            model.fit(tf.data.Dataset.from_tensor_slices(["w1 w2 w3", "w4 w5"]), verbose=0)
+        for old, new in zip(before, _weights(model)):
+            self.assertAllEqual(old, new)
+        model.fit(tf.data.Dataset.from_tensor_slices(["w1 w2 w3", "w4 w5"]).batch(2), verbose=0)
+
     def test_a_per_text_sample_weight_with_strings_is_honoured(self):
         # Weight 0: no gradient, nothing moves (SGD); weight 2: the step of weight 1, twice
         # (SGD at rate r with weight 2 = rate 2r with weight 1, clipping off).
@@ -172,6 +184,35 @@ class FitTest(testing.TestCase):
 
 
 class GenerateTest(testing.TestCase):
+
+    def test_preprocessed_prompts_need_the_preprocessor_off(self):
+        model = _task()
+        prompts = model.preprocessor.generate_preprocess(["w1 w2", "w3"], sequence_length=8)
+        with self.assertRaisesRegex(ValueError, r"generate: the prompts are preprocessed ids \(a "
+                                                r"dict of \['padding_mask', 'token_ids'\]\), but "
+                                                r"this model has a preprocessor.*preprocessor = "
+                                                r"None"):
+            model.generate(prompts)
+        model.preprocessor = None
+        generated = model.generate(prompts, stop_token_ids=None)
+        self.assertEqual(np.asarray(generated["token_ids"]).shape, (2, 8))
+
+    def test_the_backbone_reads_keras_hubs_input_dict(self):
+        model = _task()
+        inputs = model.preprocessor(["w1 w2 w3", "w4"])[0]
+        hidden, state = model.backbone(inputs)
+        expected, expected_state = model.backbone(inputs["token_ids"],
+                                                  token_mask=inputs["padding_mask"])
+        self.assertAllClose(hidden, expected)
+        self.assertAllClose(state, expected_state)
+        numeric = dict(inputs, padding_mask=np.asarray(inputs["padding_mask"], "int32"))
+        self.assertAllClose(model.backbone(numeric)[0], expected)
+        with self.assertRaisesRegex(ValueError, r"LSTMBackbone reads token_ids \(batch_size, T\), "
+                                                r"or keras-hub's dict of token_ids and "
+                                                r"padding_mask; got a dict of \['ids'\]"):
+            model.backbone({"ids": inputs["token_ids"]})
+        with self.assertRaisesRegex(ValueError, "give one of them"):
+            model.backbone(inputs, token_mask=inputs["padding_mask"])
 
     def test_max_length_must_be_an_integer_in_range_beyond_the_prompt(self):
         model = _task()

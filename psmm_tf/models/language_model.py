@@ -414,6 +414,13 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
                 token_mask = token_ids.get("padding_mask")
             token_ids = token_ids["token_ids"]
         token_ids = ops.cast(token_ids, "int32")
+        rank = len(token_ids.shape) if token_ids.shape is not None else None
+        if rank != 2:  # e.g. fit on a dataset of texts that was not batched
+            raise ValueError(
+                f"token_ids must be (batch_size, T), got "
+                f"{'a tensor of unknown rank' if rank is None else f'rank {rank}'}: a batch of "
+                f"texts or ids is expected (a tf.data dataset of texts is batched first: "
+                f"dataset.batch(n)).")
         key_ids = token_ids if key_ids is None else ops.cast(key_ids, "int32")
         window = ops.shape(token_ids)[1]
         if not isinstance(context_length, int) or context_length < 0:
