@@ -414,7 +414,10 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
                 token_mask = token_ids.get("padding_mask")
             token_ids = token_ids["token_ids"]
         token_ids = ops.cast(token_ids, "int32")
-        rank = len(token_ids.shape) if token_ids.shape is not None else None
+        try:
+            rank = len(token_ids.shape)
+        except (TypeError, ValueError):  # a TensorFlow tensor of unknown rank
+            rank = None
         if rank != 2:  # e.g. fit on a dataset of texts that was not batched
             raise ValueError(
                 f"token_ids must be (batch_size, T), got "
