@@ -37,12 +37,6 @@ class Dense(keras.layers.Dense):
     ```
     """
 
-    def quantize(self, mode=None, type_check=True, config=None):
-        """`keras.layers.Dense.quantize`: this class adds the float bias its own way and
-        nothing else, so its quantized forms (`int8`, `int4`, `float8`) are Keras' own."""
-        del type_check  # Keras refuses subclasses by default; this one is Dense's own maths
-        super().quantize(mode, type_check=False, config=config)
-
     def call(self, inputs, training=None):
         # (Quantized layers call `quantized_call`, not this; `kernel` applies LoRA.)
         outputs = affine(inputs, self.kernel, self.bias)

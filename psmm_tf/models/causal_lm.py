@@ -501,6 +501,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         A folder written by `save_to_preset` is keras-hub's preset layout (`task.json`,
         `config.json`, weights, tokenizer assets), which `keras_hub.models.CausalLM.from_preset`
         and `keras_hub.models.Backbone.from_preset` open too.
+        A backbone's preset (keras-hub's layout without `task.json`: `backbone.save_to_preset`,
+        with or without `preprocessor.save_to_preset`) gives a task of this class with a new
+        head on its backbone, `kwargs` its arguments (`window_size=`, ...).
 
         Args:
             preset: a folder holding keras-hub's `config.json` (`save_to_preset`) or a
@@ -621,7 +624,7 @@ def _task_on_backbone_preset(cls, path, load_weights, dtype=None, **kwargs):
     """A new `cls` task (its head initialised, `kwargs` its arguments: `window_size`, ...) on
     the backbone (and, where the preset has one, the preprocessor) of a preset without a task,
     as keras-hub builds a task on a backbone's preset."""
-    if cls is RecurrentCausalLM:
+    if getattr(cls, "kind", None) is None:  # RecurrentCausalLM, LanguageModel: no head
         raise ValueError(
             f"preset {path!r} holds a backbone and no task ({preset_utils.TASK_CONFIG_FILE}): "
             f"keras_hub.models.CausalLM cannot tell which head to put on it; load it with the "
@@ -632,9 +635,9 @@ def _task_on_backbone_preset(cls, path, load_weights, dtype=None, **kwargs):
     if not isinstance(backbone, LSTMBackbone):
         raise ValueError(f"preset {path!r} holds a {type(backbone).__name__}, not an "
                          f"LSTMBackbone: {cls.__name__} reads an LSTMBackbone's states.")
-    if preset_utils.check_file_exists(path, preset_utils.PREPROCESSOR_CONFIG_FILE):
-        kwargs.setdefault("preprocessor",
-                          keras_hub.models.CausalLMPreprocessor.from_preset(path))
+    if "preprocessor" not in kwargs and preset_utils.check_file_exists(
+            path, preset_utils.PREPROCESSOR_CONFIG_FILE):
+        kwargs["preprocessor"] = keras_hub.models.CausalLMPreprocessor.from_preset(path)
     return cls(backbone=backbone, **kwargs)
 
 
@@ -658,6 +661,12 @@ def rebuild_model(model, dtype=None, load_weights=True):
     E.g. a run trained under `mixed_bfloat16` scored in float32: its variables are float32
     under either policy, so only the computation changes.
     """
+    quantized = [layer.name for layer in model._flatten_layers() if layer.quantization_mode]
+    if quantized and (dtype is not None or not load_weights):
+        raise ValueError(
+            f"{type(model).__name__} is quantized ({', '.join(quantized)}): it is rebuilt only "
+            f"as it is, not under another dtype (dtype={dtype!r}) or with new weights "
+            f"(load_weights={load_weights}); use the float model it was quantized from.")
     config = model.get_config()
     if dtype is not None:
         if "backbone" not in config:

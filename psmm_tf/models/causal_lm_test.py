@@ -454,6 +454,19 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual((loaded.vocab_head.quantization_mode,
                           loaded.backbone.embedding.quantization_mode), ("int8", "int8"))
         self.assertAllClose(loaded.score_text(texts)["log_probs"], quantized, atol=1e-6)
+        # Rebuilt only as it is: not under another dtype, not with new weights.
+        for options in ({"dtype": "mixed_bfloat16"}, {"load_weights": False}):
+            with self.assertRaisesRegex(ValueError, r"PointerSentinelLM is quantized \(embedding, "
+                                                    r"vocab_head\): it is rebuilt only as it is"):
+                PointerSentinelLM.from_preset(path, **options)
+        # A sampled softmax's head has no quantized form (its training estimate reads the
+        # kernel): the embedding alone is quantized.
+        sampled = _trained_looking(_task(softmax="sampled", num_sampled=4), self.rng)
+        sampled.preprocessor(texts)
+        sampled.quantize("int8")
+        self.assertEqual([layer.name for layer in sampled._flatten_layers()
+                          if layer.quantization_mode], ["embedding"])
+        self.assertIsNone(sampled.get_config().get("head_dtype"))
 
     def test_a_task_builds_on_a_backbones_preset(self):
         # keras-hub's way to share a backbone: its preset (and the preprocessor's) without a

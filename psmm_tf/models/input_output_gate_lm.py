@@ -64,6 +64,13 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
     # The wrapped model's preprocessor scores strings for this one too (`score_text`).
     preprocessor = property(lambda self: self.base_model.preprocessor)
 
+    def quantize(self, mode=None, **kwargs):
+        """Refused: the gate's layers have no quantized form that reloads; quantize the
+        wrapped model (`base_model.quantize`) before the gate is trained on it."""
+        del kwargs
+        raise ValueError(f"quantize({mode!r}): an InputOutputGateLM is not quantized (its gate "
+                         f"would not reload); quantize the model it wraps instead.")
+
     def set_vocabulary(self, words):
         """Gives the wrapped model's softmax the vocabulary's words (CNN softmax only)."""
         self.base_model.set_vocabulary(words)

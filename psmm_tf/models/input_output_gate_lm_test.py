@@ -35,6 +35,17 @@ class InputOutputGateLMTest(testing.TestCase):
         expected = np.take_along_axis(log_softmax, text[:, 1:, None], -1)[..., 0]
         self.assertAllClose(actual, expected, atol=1e-5)
 
+    def test_quantize_is_refused_naming_the_wrapped_model(self):
+        model = InputOutputGateLM(_base(LSTMLanguageModel), embedding_dim=4, seed=1)
+        before = [ops.convert_to_numpy(w) for w in model.weights]
+        with self.assertRaisesRegex(ValueError, r"quantize\('int8'\): an InputOutputGateLM is not "
+                                                r"quantized .*quantize the model it wraps"):
+            model.quantize("int8")
+        self.assertEqual([layer.name for layer in model._flatten_layers()
+                          if layer.quantization_mode], [])
+        for weight, value in zip(model.weights, before, strict=True):
+            self.assertAllEqual(weight, value)
+
     def test_a_new_gate_starts_close_to_the_identity(self):
         base = _base(LSTMLanguageModel)
         model = InputOutputGateLM(base, embedding_dim=4, seed=1)

@@ -407,6 +407,39 @@ class LanguageModel(ScoringMixin, RecurrentCausalLM):
         self.backbone.set_vocabulary(words)
         self.reset_compiled_functions()
 
+    def quantized_layers(self):
+        """The layers `quantize` takes: the input embedding of ids (a Keras `Embedding`) and
+        the full softmax's head (Keras' `Dense` maths). The LSTM, the pointer, a character CNN
+        and the sampled and CNN softmaxes have no quantized form and keep their policy."""
+        layers = []
+        if type(self.backbone.embedding) is keras.layers.Embedding:
+            layers.append(self.backbone.embedding)
+        if type(self.vocab_head) is Dense:
+            layers.append(self.vocab_head)
+        return layers
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """keras-hub's `quantize` on `quantized_layers()` (of those, the ones `filters` keeps);
+        a quantized model saves and loads as it is (the head's policy is `head_dtype`).
+
+        Raises:
+            ValueError: the model has no layer with a quantized form (character inputs with a
+                sampled or CNN softmax).
+        """
+        from keras.src.quantizers.utils import should_quantize_layer
+
+        kwargs.pop("type_check", None)  # psmm_tf's Dense is Keras' own maths: no type check
+        layers = self.quantized_layers()
+        if not layers:
+            raise ValueError(f"quantize({mode!r}): this {type(self).__name__} has no layer with "
+                             f"a quantized form (the input embedding of ids and the full "
+                             f"softmax's head have one; its are {self.input_embedding!r} and "
+                             f"{self.softmax!r}).")
+        chosen = [id(layer) for layer in layers]
+        super().quantize(
+            mode, config=config, type_check=False, **kwargs,
+            filters=lambda layer: id(layer) in chosen and should_quantize_layer(layer, filters))
+
     def call(self, token_ids, token_mask=None, state=None, memory=None, context_length=0,
              targets=None, training=False, token_chars=None, key_ids=None):
         if isinstance(token_ids, dict):  # keras-hub's inputs
