@@ -275,6 +275,4 @@ def _keras_hub_inputs(inputs, token_mask):
         raise ValueError("LSTMBackbone was given a padding_mask in its inputs and a token_mask: "
                          "give one of them.")
     mask = inputs.get("padding_mask", token_mask)
-    if mask is not None and keras.backend.standardize_dtype(mask.dtype) != "bool":
-        mask = ops.not_equal(mask, 0)
-    return inputs["token_ids"], mask
+    return inputs["token_ids"], None if mask is None else ops.cast(mask, "bool")

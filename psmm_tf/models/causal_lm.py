@@ -584,11 +584,7 @@ def drop_stale_compiled_functions(model):
     function traced before would not read (TensorFlow keeps the trace; JAX traces again)."""
     traced = model.__dict__.get("_traced_weight_count")
     if traced is not None and traced != len(model.weights):
-        reset = getattr(model, "reset_compiled_functions", None)
-        if reset is not None:
-            reset()
-        else:  # a scoring model without `generate` (InputOutputGateLM): its score cache alone
-            model.__dict__["_scoring_functions"] = {}
+        model.reset_compiled_functions()
 
 
 def note_traced_weights(model):

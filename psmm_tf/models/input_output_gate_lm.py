@@ -71,6 +71,10 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
         raise ValueError(f"quantize({mode!r}): an InputOutputGateLM is not quantized (its gate "
                          f"would not reload); quantize the model it wraps instead.")
 
+    def reset_compiled_functions(self):
+        """Drops the cached compiled scoring functions, so the next call traces them again."""
+        self.__dict__["_scoring_functions"] = {}
+
     def set_vocabulary(self, words):
         """Gives the wrapped model's softmax the vocabulary's words (CNN softmax only)."""
         self.base_model.set_vocabulary(words)

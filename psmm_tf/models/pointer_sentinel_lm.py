@@ -136,10 +136,7 @@ class PointerSentinelLM(LanguageModel):
         calibration = None
         if stored is not None:
             try:
-                values = np.asarray(stored, dtype="float64")
-                if values.shape != (2,):
-                    raise ValueError(f"got shape {values.shape}")
-                calibration = check_gate_calibration(values)
+                calibration = check_gate_calibration(np.asarray(stored, dtype="float64"))
             except (TypeError, ValueError) as error:
                 raise ValueError(
                     f"{filepath}: its {GATE_CALIBRATION_ATTRIBUTE} attribute is not a gate "
