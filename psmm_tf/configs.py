@@ -19,11 +19,13 @@ assert configs.ExperimentConfig.from_json(config.to_json()) == config
 import dataclasses
 import json
 
+from psmm_tf import native
+
 DATASETS = ("synthetic", "ptb", "wikitext2", "wikitext103", "text")
 POINTER_MEMORY_MODES = ("recompute", "cache")
 JIT_COMPILE_MODES = ("auto", "on", "off")
 # psmm_tf's native CPU kernels in the training step (`psmm_tf.native`).
-NATIVE_MODES = ("auto", "on", "off")
+NATIVE_MODES = native.MODES
 SOFTMAX_KINDS = ("full", "sampled", "cnn")
 INPUT_EMBEDDINGS = ("ids", "chars")
 OPTIMIZERS = ("sgd", "adam")

@@ -1,12 +1,19 @@
 """The neural cache on trained runs (`cache_metrics`) against a NumPy loop over Grave et al.'s
 equations."""
 
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
+from psmm_tf import configs
+from psmm_tf.data import Vocabulary, evaluation_windows
+from psmm_tf.data.corpus_setup import Corpus
+from psmm_tf.data.spelling import spell_splits
+from psmm_tf.evaluation import pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.neural_cache import (
     CacheSettings,
@@ -14,8 +21,8 @@ from psmm_tf.evaluation.neural_cache import (
     cache_metrics,
     format_cache_metrics,
 )
-from psmm_tf.evaluation.trained_run import load_trained_run
-from psmm_tf.models import registry
+from psmm_tf.evaluation.trained_run import TrainedRun, load_trained_run
+from psmm_tf.models import build_model, registry
 from psmm_tf.testing import trained_tiny_run
 
 NUM_TOKENS = 61  # 60 targets, read in windows of 7 so the cache crosses window boundaries
@@ -118,6 +125,50 @@ class CacheMetricsTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"lambda must be in \[0, 1\) .*got -0.5"):
             cache_grid_search(load_trained_run(self.workdirs["lstm"]).model, [], [0.3], [-0.5],
                               window=5)
+
+
+class SpelledWordsTest(tf.test.TestCase):
+    """A model with character inputs reads words outside its vocabulary from their spelling in
+    the cache's and the pointer diagnostics' passes too: the same model perplexity as the
+    evaluator's spelled pass."""
+
+    WORDS = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "a"]
+    TEXT = "the dog sat on a mat <eos> a cow sat on the cat <eos> the dog sat on the cow <eos>"
+
+    def setUp(self):
+        super().setUp()
+        config = dataclasses.replace(configs.get_preset("tiny").model, seed=4,
+                                     vocab_size=len(self.WORDS), input_embedding="chars",
+                                     max_word_length=10)
+        self.model = build_model(config)
+        self.model.set_vocabulary(self.WORDS)
+        vocabulary = Vocabulary(self.WORDS)
+        tokens = (self.TEXT.split() * 3)[:NUM_TOKENS]
+        self.ids = np.asarray(vocabulary.encode(tokens), np.int32)
+        self.spelling = spell_splits({"valid": tokens}, vocabulary, 10)["valid"]
+        self.exact = Evaluator(self.model, length=7).evaluate(self.ids, spelling=self.spelling)
+        unspelled = Evaluator(self.model, length=7).evaluate(self.ids)
+        self.assertNotAllClose(self.exact.perplexity, unspelled.perplexity, rtol=1e-4)
+        preset = configs.get_preset("tiny")
+        self.config = dataclasses.replace(
+            preset, model=config, train=dataclasses.replace(preset.train, eval_length=7))
+
+    def test_cache_metrics_and_grid_read_the_spelling(self):
+        corpus = Corpus(vocabulary=Vocabulary(self.WORDS), ids={"valid": self.ids},
+                        train_counts=np.zeros(len(self.WORDS), np.int64), data_dir=Path("."),
+                        spellings={"valid": self.spelling})
+        run = TrainedRun(config=self.config, corpus=corpus, model=self.model, source="memory")
+        result = cache_metrics(CacheSettings(5, 0.7, 0.3), "valid", run=run)
+        self.assertAllClose(result["model_perplexity"], self.exact.perplexity, rtol=1e-5)
+        windows = evaluation_windows(self.ids, batch_size=1, length=7, spelling=self.spelling)
+        grid = cache_grid_search(self.model, windows, [0.5], [0.0], window=5)
+        self.assertAllClose(grid["model_perplexity"], self.exact.perplexity, rtol=1e-5)
+
+    def test_pointer_diagnostics_read_the_spelling(self):
+        result = pointer_diagnostics.pointer_diagnostics(self.model, self.ids, length=7,
+                                                         spelling=self.spelling)
+        self.assertAllClose(result["model_log_ppl"], math.log(self.exact.perplexity),
+                            rtol=1e-5)
 
 
 if __name__ == "__main__":

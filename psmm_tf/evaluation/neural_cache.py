@@ -148,10 +148,11 @@ class NeuralCache:
         """The cache at the start of a text."""
         return neural_cache.empty_cache(batch_size, self.window, self.model.hidden_dim)
 
-    def score(self, inputs, targets, token_mask=None, state=None, memory=None, cache=None):
+    def score(self, inputs, targets, token_mask=None, state=None, memory=None, cache=None,
+              token_chars=None):
         """Like `LanguageModel.score_with_state`, with the cache; also takes and returns `cache`."""
         out = self.probabilities(inputs, targets, token_mask, state, memory, cache,
-                                 thetas=[self.theta])
+                                 thetas=[self.theta], token_chars=token_chars)
         log_probs = neural_cache.interpolate(out["model_log_probs"], out["cache_probs"][0],
                                              out["has_history"], self.lam)
         log_probs = ops.where(out["token_mask"], log_probs, 0.0)
@@ -159,8 +160,11 @@ class NeuralCache:
                 "cache": out["cache"]}
 
     def probabilities(self, inputs, targets, token_mask=None, state=None, memory=None,
-                      cache=None, thetas=(DEFAULT_THETA,)):
+                      cache=None, thetas=(DEFAULT_THETA,), token_chars=None):
         """The model's log-probabilities and the cache's probabilities for several thetas.
+
+        `token_chars`: optional int `(B, T, max_word_length)`, the inputs' spelling for a model
+        with character inputs (`LanguageModel.score_step`).
 
         Returns:
             dict with `model_log_probs` `(B, T)`, `cache_probs` `(G, B, T)`, `has_history`
@@ -179,10 +183,12 @@ class NeuralCache:
             self._step = inference_function(self.model, self._probabilities)
         return self._step(inputs, ops.convert_to_tensor(targets, "int32"),
                           ops.cast(token_mask, "bool"), state, memory, cache,
-                          ops.convert_to_tensor(np.asarray(thetas, np.float32)))
+                          ops.convert_to_tensor(np.asarray(thetas, np.float32)), token_chars)
 
-    def _probabilities(self, inputs, targets, token_mask, state, memory, cache, thetas):
-        scores, outputs = self.model.score_step(inputs, targets, token_mask, state, memory)
+    def _probabilities(self, inputs, targets, token_mask, state, memory, cache, thetas,
+                       token_chars):
+        scores, outputs = self.model.score_step(inputs, targets, token_mask, state, memory,
+                                                token_chars=token_chars)
         model_log_probs = scores["log_probs"]
         safe_targets = ops.where(token_mask, targets, 0)
         keys = neural_cache.cache_keys(cache, outputs["hidden"], safe_targets, token_mask)
@@ -207,7 +213,8 @@ def _log_likelihoods(cache, windows, thetas, lambdas):
     state = memory = cache_state = None
     for batch in windows:
         out = cache.probabilities(batch["token_ids"], batch["targets"], batch["token_mask"],
-                                  state, memory, cache_state, thetas=thetas)
+                                  state, memory, cache_state, thetas=thetas,
+                                  token_chars=batch.get("token_chars"))
         state, memory, cache_state = out["state"], out["memory"], out["cache"]
         weights = np.asarray(batch["target_weights"], np.float64)
         # Log-probabilities for every (theta, lambda): [G, Λ, B, T].
@@ -230,7 +237,8 @@ def cache_grid_search(model, windows, thetas, lambdas, window=100):
     Args:
         model: a trained `LanguageModel` (its `hidden` output is `h`).
         windows: iterable of dicts with `token_ids`, `targets`, `token_mask`, `target_weights`
-            (from `psmm_tf.data.evaluation_windows`), in stream order.
+            and, for a model with character inputs, `token_chars` (from
+            `psmm_tf.data.evaluation_windows`), in stream order.
         thetas: sequence of G finite floats >= 0. lambdas: sequence of Λ floats in [0, 1).
         window: int >= 1. Cache size `W`.
 
@@ -291,8 +299,12 @@ def cache_metrics(settings, split, *, workdir=None, run=None, data_dir=None, max
 
     def grid_search(on_split, thetas, lambdas):
         ids = run.corpus.ids[on_split]
-        windows = evaluation_windows(ids[:max_tokens] if max_tokens else ids,
-                                     batch_size=batch_size, length=length)
+        spelling = None if run.corpus.spellings is None else run.corpus.spellings[on_split]
+        if max_tokens:
+            ids = ids[:max_tokens]
+            spelling = None if spelling is None else spelling[:max_tokens]
+        windows = evaluation_windows(ids, batch_size=batch_size, length=length,
+                                     spelling=spelling)
         return cache_grid_search(run.model, windows, thetas, lambdas, settings.window)
 
     theta, lam, search = settings.theta, settings.lam, None

@@ -278,9 +278,11 @@ def weight_statistics(model, initial_weights=None):
 
 
 def pointer_diagnostics(model, ids, initial_weights=None, length=100, thetas=DEFAULT_THETAS,
-                        lambdas=DEFAULT_LAMBDAS):
-    """`pointer_statistics` of `model` on `ids`, with `weights` from `weight_statistics`."""
-    records = collect_pointer_records(model, ids, length=length, thetas=thetas)
+                        lambdas=DEFAULT_LAMBDAS, spelling=None):
+    """`pointer_statistics` of `model` on `ids`, with `weights` from `weight_statistics`;
+    `spelling`: the `Spelling` of `ids` for a model with character inputs."""
+    records = collect_pointer_records(model, ids, length=length, thetas=thetas,
+                                      spelling=spelling)
     return diagnostics_from_records(records, model, initial_weights, lambdas)
 
 

@@ -158,7 +158,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             calibration = run.model.pointer.gate_calibration
             metrics["gate_calibration"] = None if calibration is None else list(calibration)
             metrics["pointer"] = pointer_diagnostics.pointer_diagnostics(
-                run.model, ids, length=length,
+                run.model, ids, length=length, spelling=_spelling(run, split, ids),
                 initial_weights=pointer_diagnostics.load_initial_pointer_weights(
                     Path(workdir) / run_files.INITIAL_POINTER_FILE))
         if cache is not None:

@@ -34,11 +34,6 @@ class TrainedRun:
     model_source: str = "best"
 
 
-def load_run_config(workdir, error=ValueError):
-    """The `ExperimentConfig` of `<workdir>/config.json` (see `psmm_tf.workdir.load_config`)."""
-    return run_files.load_config(workdir, error)
-
-
 def load_trained_run(workdir, data_dir=None, model_source="best", tfds_data_dir=None,
                      mixed_precision=None):
     """Loads a run's config, corpus and the model `model_source` names.

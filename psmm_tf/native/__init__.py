@@ -19,8 +19,9 @@ The one switch, like Keras' `use_cudnn`: `mode` "auto" (the default) uses the ke
 they can run and otherwise falls back to TensorFlow ops with one log line naming the reason;
 "on" raises `NativeKernelsUnavailable` naming what is missing (a compiler, TensorFlow's
 headers, a usable cache folder) or what rules them out (a GPU, an XLA-compiled step); "off"
-never builds them. psmm-train sets it from `TrainConfig.native` (`--native`); a Keras `fit`
-user calls `configure`:
+never builds them. A psmm-train run (`train_lib.run`) gives its training steps the mode of its
+`TrainConfig.native` (`--native`), which holds inside them whatever `configure` set; the
+tasks' `train_step` in Keras' `fit` and everything else read the mode `configure` sets:
 
 ```python
 import dataclasses
