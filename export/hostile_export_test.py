@@ -1,6 +1,6 @@
-"""Hostile inputs (issue 15, docs/hostile_inputs.md): psmm-export on damaged or mismatched runs,
-checkpoints, sources and export bases. Each is refused with a message naming it, and nothing
-a user has is touched (every pre-existing file byte-identical afterwards)."""
+"""Hostile inputs (docs/hostile_inputs.md, "psmm-export"): psmm-export on damaged or mismatched
+runs, checkpoints, sources and export bases. Each is refused with a message naming it, and nothing a
+user has is touched (every pre-existing file byte-identical afterwards)."""
 
 import contextlib
 import io

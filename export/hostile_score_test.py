@@ -1,6 +1,6 @@
-"""Hostile inputs (issue 15, docs/hostile_inputs.md): psmm-score and its REST client: deadlines,
-unreachable or foreign servers, bad options. Each is refused with a message naming it, and
-nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
+"""Hostile inputs (docs/hostile_inputs.md, "psmm-score and its REST client"): psmm-score and its
+REST client: deadlines, unreachable or foreign servers, bad options. Each is refused with a message
+naming it, and nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
 
 import contextlib
 import gzip

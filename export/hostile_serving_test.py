@@ -1,5 +1,5 @@
-"""Hostile inputs (issue 15, docs/hostile_inputs.md): The serving signatures' inputs: NaN
-states, too long requests, wrong dtypes, empty batches. Each is refused with a message naming
+"""Hostile inputs (docs/hostile_inputs.md, "Serving signatures"): The serving signatures' inputs:
+NaN states, too long requests, wrong dtypes, empty batches. Each is refused with a message naming
 it, and nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
 
 import contextlib

@@ -1,6 +1,6 @@
-"""Hostile inputs (issue 15, docs/hostile_inputs.md): psmm-evaluate on damaged or mismatched
-runs: splits, vocabularies, models, report options. Each is refused with a message naming it,
-and nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
+"""Hostile inputs (docs/hostile_inputs.md, "psmm-evaluate"): psmm-evaluate on damaged or mismatched
+runs: splits, vocabularies, models, report options. Each is refused with a message naming it, and
+nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
 
 import json
 import shutil

@@ -1,7 +1,6 @@
-"""Hostile inputs (issue 15, docs/hostile_inputs.md): psmm-train and psmm-evaluate refuse bad
-flags, data folders and backends before writing anything. Each is refused with a message
-naming it, and nothing a user has is touched (every pre-existing file byte-identical
-afterwards)."""
+"""Hostile inputs (docs/hostile_inputs.md, "psmm-train flags"): psmm-train and psmm-evaluate refuse
+bad flags, data folders and backends before writing anything. Each is refused with a message naming
+it, and nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
 
 from pathlib import Path
 

@@ -1,6 +1,7 @@
-"""Hostile inputs (issue 15, docs/hostile_inputs.md): A run's workdir: refused starts, locks,
-resumes from damaged checkpoints and logs, a full disk. Each is refused with a message naming
-it, and nothing a user has is touched (every pre-existing file byte-identical afterwards)."""
+"""Hostile inputs (docs/hostile_inputs.md, "Workdirs and resuming"): A run's workdir: refused
+starts, locks, resumes from damaged checkpoints and logs, a full disk. Each is refused with a
+message naming it, and nothing a user has is touched (every pre-existing file byte-identical
+afterwards)."""
 
 import hashlib
 import json

@@ -1,6 +1,6 @@
-"""Hostile inputs (issue 15, docs/hostile_inputs.md): Corpus files a user gives: unreadable,
-missing, empty, huge lines. Each is refused with a message naming it, and nothing a user has
-is touched (every pre-existing file byte-identical afterwards)."""
+"""Hostile inputs (docs/hostile_inputs.md, "Corpus files"): Corpus files a user gives: unreadable,
+missing, empty, huge lines. Each is refused with a message naming it, and nothing a user has is
+touched (every pre-existing file byte-identical afterwards)."""
 
 import gzip
 import os

@@ -1,8 +1,8 @@
-"""Hostile inputs to the keras-hub API (issue #50's third sweep): presets, fit, generate, score.
+"""Hostile inputs to the keras-hub API: presets, fit, generate, score.
 
 Each case is refused with a message naming the input and what was expected, before anything
 is written or any weight moves, or is honoured (a per-text `sample_weight` with strings).
-docs/hostile_inputs.md, "Third sweep: the keras-hub API", lists them.
+docs/hostile_inputs.md, "The Python and keras-hub API", lists them.
 """
 
 import hashlib
