@@ -7,7 +7,7 @@ r"""Reading a corpus's training split three ways, side by side in one process.
 Each row is timed --repeats times, interleaved; the three token lists must be equal.
 
 Usage:
-  python benchmarks/corpus_read.py --dataset=ptb --data_dir=../shared/data/ptb
+  python benchmarks/corpus_read.py --dataset=ptb --data_dir=/data/ptb
 """
 
 import tempfile

@@ -10,7 +10,7 @@ elsewhere hits all alike:
 Printed per kernel K: its share of the step alone, `1 - only:K / none`, and in context,
 `1 - all / all_but:K` (what removing it would cost), each the median over rounds of the ratio
 of the two rows' steps in that round (paired: a round's load hits both), with its quartiles.
-Issue 47 keeps a kernel only where it gains at least 3% of the step on the CPUs it targets
+A kernel is kept only where it gains at least 3% of the step on the CPUs it targets
 (docs/results.md, "Native kernels: per-kernel A/B").
 Kernels written for other CPUs (the packed recurrent products need AVX-512 for float32 and
 AVX512-BF16 for bfloat16) are named and not measured.

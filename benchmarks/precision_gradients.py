@@ -17,7 +17,7 @@ model's masks as float32 ones.
 
 Usage (any finished run, e.g. the float32 row of side_by_side.py --epochs=1):
   python benchmarks/precision_gradients.py --workdir=/tmp/bf16/psmm \
-      --data_dir=../shared/data/ptb --policy=mixed_bfloat16
+      --data_dir=/data/ptb --policy=mixed_bfloat16
 """
 
 import numpy as np

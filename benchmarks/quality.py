@@ -3,7 +3,7 @@ r"""Quality benchmark: the models of the source papers on one backbone, budget a
 Suites (each trained row is a normal, resumable training run under --output_dir/<suite>/):
   ptb        Penn Treebank, `small` preset (2x200, window 50, BPTT 35, batch 20).
              Target (the paper's ratio 72.4 / 80.6): PSMM / LSTM valid perplexity <= 0.90.
-  wikitext   The WikiText-2 files of shared/data: trained on wiki.valid.tokens (vocabulary:
+  wikitext   WikiText-2's files under --shared_data: trained on wiki.valid.tokens (vocabulary:
              every word of it, count >= 1), validated and tested on wiki.test.tokens (there is
              no third file, so the schedule and the cache's grid search see the test text).
              Target (84.8 / 108.7): <= 0.80.

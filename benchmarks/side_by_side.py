@@ -34,7 +34,7 @@ to the preset's stopping rule, with their test perplexities once finished.
 
 Usage:
   python benchmarks/side_by_side.py --preset=medium --dataset=ptb \
-      --data_dir=../shared/data/ptb --epochs=6 --output_dir=/tmp/psmm_medium_ptb
+      --data_dir=/data/ptb --epochs=6 --output_dir=/tmp/psmm_medium_ptb
   python benchmarks/side_by_side.py --report_only --output_dir=/runs/ptb_medium
 """
 

@@ -206,8 +206,8 @@ def default_model_source(config_json, workdir=None):
 
     "best" (model.keras) for a finished run (its results.json written): the model its results
     report, with the gate's calibration, which train_lib fits after the last checkpoint and
-    saves in model.keras only (issue 50: the newest checkpoint of a finished character-input
-    run scored 171.7 where its model.keras scored 90.6). "best" for an input-to-output gate run
+    saves in model.keras only (without it a character-input run's newest checkpoint scores
+    far worse than its model.keras). "best" for an input-to-output gate run
     too (its checkpoints need the base model's file, which may have moved; its model.keras
     holds it all). "latest" (the newest checkpoint) for a run still training or stopped before
     its end.

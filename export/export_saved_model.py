@@ -1,8 +1,9 @@
 r"""psmm-export: a trained language model as a TF Serving SavedModel, `<export_base>/<N>/`.
 
 Usage examples:
-  # The latest checkpoint of a run as the next version of /models/psmm (best: model.keras).
-  psmm-export --workdir=/runs/ptb --export_base=/models/psmm [--model_source=best]
+  # A finished run's model.keras (a run still training: its newest checkpoint) as the next
+  # version of /models/psmm.
+  psmm-export --workdir=/runs/ptb --export_base=/models/psmm [--model_source=best|latest]
 
   # A .keras model with its vocabulary and config, as version 3 (or --checkpoint=PREFIX).
   psmm-export --keras_model=/runs/ptb/model.keras --vocab=/runs/ptb/vocab.txt \
@@ -102,7 +103,7 @@ def _parse_flags(argv):
     """Parses `argv` into EXPORT_FLAGS (app.run's flags_parser); see `psmm_tf.cli`."""
     old_version = [arg for arg in argv[1:] if arg.startswith("--version=")
                    and arg.split("=", 1)[1].isdigit()]
-    if old_version:  # 0.1.0's flag for the version folder: now --model_version
+    if old_version:  # --version=N for the version folder is --model_version=N
         cli.usage_error(PROGRAM, f"{old_version[0]}: --version prints the psmm_tf version; the "
                         "version folder to write is --model_version=N.")
     return cli.parse(argv, FLAGS, program=PROGRAM, doc=__doc__, module_name=__name__)

@@ -97,7 +97,7 @@ def restore_first_readable(checkpoint, paths, require_match=True):
         # Values of the file that `checkpoint` does not take (the vocabulary's hash, which a
         # resume checks on its own, the optimizer's for a model-only restore) are expected:
         # TF would otherwise warn of each as "could not be found in the restored object" (a
-        # resumed run printed them for `(root).vocabulary`; issue 50).
+        # resumed run would print them for `(root).vocabulary`).
         status.expect_partial()
         return path, failures
     return None, failures

@@ -507,10 +507,9 @@ class ExperimentConfig:
         the kind's hyperparameters (another registered kind's are dropped, see
         `ModelConfig.hyperparameters`).
 
-        A config written before `pointer_clip_norm`, `char_cnn_clip_norm` and
-        `pointer_loss_weight` existed trained with one joint norm and eq. 9 whole, and reads
-        back that way, not with today's defaults; one written before `calibrate_gate` existed
-        kept the trained gate.
+        A config.json without `pointer_clip_norm`, `char_cnn_clip_norm` and
+        `pointer_loss_weight` trained with one joint norm and eq. 9 whole, and reads back that
+        way, not with the current defaults; one without `calibrate_gate` kept the trained gate.
         """
         fields = json.loads(text)
         if not isinstance(fields, dict):

@@ -174,7 +174,7 @@ def load_corpus(data_config, scratch_dir=None, vocabulary=None, max_word_length=
 def _warn_of_mixed_normalisation(vocabulary, directory):
     """Logs one warning when words of `vocabulary` are spelled in two Unicode normalisations
     (e.g. "café" composed, NFC, and decomposed, NFD): they are two words to the model, as they
-    are to the serving signatures, which read text as it comes (issue 50's third sweep)."""
+    are to the serving signatures, which read text as it comes."""
     import unicodedata
 
     from absl import logging

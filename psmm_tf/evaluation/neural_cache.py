@@ -50,7 +50,7 @@ def check_cache_settings(window, thetas=(), lambdas=(), names=("window", "theta"
     unless `window` is an integer in [1, MAX_CACHE_WINDOW], every theta a finite number >= 0
     (an infinite theta makes `exp(theta h_t . h_i)` overflow) and every lambda in [0, 1): at
     lambda 1 every probability comes from the cache, which is empty at a stream's first word
-    and holds no unseen word (issue 50: a perplexity of 2e21).
+    and holds no unseen word (a perplexity of 2e21 on a test text).
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"{names[0]} must be an integer >= 1 (the number of previous hidden "

@@ -111,7 +111,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
     backbone_cls = _BackboneOfTheBaseOnly()
     # Plain attributes, not keras-hub's properties: Keras and TensorFlow track them under these
-    # names, so checkpoints and `.keras` files keep the paths of earlier versions.
+    # names, so checkpoints and `.keras` files keep these paths.
     backbone = None
     preprocessor = None
 

@@ -74,10 +74,8 @@ class ScoringMixin:
                          memory=None, scoring_mode="log_probs", token_chars=None):
         """Scores `target_ids` after `token_ids`, carrying the state and memory (eager entry).
 
-        The package's scoring call (named `score` in earlier versions; `score` is now
-        keras-hub's). The
-        inputs are checked (`validate_inputs`) and the model runs compiled on the current
-        backend.
+        The package's scoring call (`score` is keras-hub's `CausalLM.score`). The inputs are
+        checked (`validate_inputs`) and the model runs compiled on the current backend.
 
         Args:
             token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.

@@ -410,7 +410,7 @@ def _check_corpus_fits(config, corpus):
         raise RunRefusedError(
             f"The validation split ({data.valid_split!r} in {corpus.data_dir}) has {found}; "
             f"at least 2 tokens are needed (set --valid_split to a split that exists).")
-    # Degenerate corpora (issue 50): a model of line ends alone, or a validation perplexity of
+    # Degenerate corpora: a model of line ends alone, or a validation perplexity of
     # <unk> and line ends, trained and reported with exit 0.
     vocabulary = corpus.vocabulary
     specials = {i for i in (vocabulary.unk_id, vocabulary.eos_id) if i is not None}
