@@ -373,8 +373,11 @@ def restore_model(config, vocabulary, checkpoint, error=ValueError, name=None):
 
 
 def move_training_outputs(workdir):
-    """Moves the training outputs of `workdir` into a new `previous_run_<N>/`; returns its path
-    (None when there were none). Nothing is deleted."""
+    """Moves the training outputs of `workdir` into a new `previous_run_<N>/` (a restarted run,
+    `--restart`), saying so in one log line; returns its path (None when there were none).
+    Nothing is deleted."""
+    from absl import logging
+
     workdir = Path(workdir)
     present = [name for name in TRAINING_OUTPUTS if os.path.lexists(workdir / name)]
     if not present:
@@ -386,6 +389,7 @@ def move_training_outputs(workdir):
     target.mkdir()
     for name in present:
         os.rename(workdir / name, target / name)
+    logging.warning("--restart: the previous run's files were moved into %s.", target)
     return target
 
 

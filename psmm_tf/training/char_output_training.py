@@ -44,7 +44,6 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from psmm_tf import gradients
 from psmm_tf import workdir as run_files
@@ -434,9 +433,7 @@ class _CharOutputRun:
                 f"tokens) holds no window of batch_size x num_predicted = {self.batch_size} x "
                 f"{self.num_predicted} tokens; give a smaller --batch_size or --num_predicted.")
         if restart:  # validated: nothing is moved for a refused start
-            moved = run_files.move_training_outputs(workdir)
-            if moved is not None:
-                logging.warning("--restart: the previous run's files were moved into %s.", moved)
+            run_files.move_training_outputs(workdir)
         self.eval_length = base_config.train.eval_length
         self.same_valid_and_test = base_config.data.test_split == base_config.data.valid_split
         keras.utils.set_random_seed(config.seed)

@@ -98,9 +98,7 @@ class _Run:
         objects built and its checkpoint restored; only then are its files written."""
         config, corpus = run_setup.prepare_workdir(config, workdir, strategy, restart=restart)
         if restart and distribution.is_chief(strategy):
-            moved = run_files.move_training_outputs(workdir)
-            if moved is not None:
-                logging.warning("--restart: the previous run's files were moved into %s.", moved)
+            run_files.move_training_outputs(workdir)
         run = cls(config, corpus, workdir, strategy, verbose)
         try:
             run.restore()
