@@ -75,13 +75,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         dict: the contents of `metrics.json`.
     """
     output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise RunLoadError(f"output_dir={output_dir} is a file; expected a folder for the "
-                           "report (or a path that does not exist yet).")
-    for name in REPORT_FILES:
-        if (output_dir / name).is_dir():
-            raise RunLoadError(f"output_dir={output_dir} holds a folder {name} where the report "
-                               "writes a file; move it away or choose another output_dir.")
+    _check_output_dir(output_dir)
     run = load_trained_run(workdir, data_dir, model_source, tfds_data_dir, mixed_precision)
     if trained_gate:
         if not pointer_diagnostics.has_sentinel_pointer(run.model):
@@ -95,19 +89,11 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
     ids = run.corpus.ids[split][:max_tokens] if max_tokens else run.corpus.ids[split]
     has_pointer = model_class(run.config.model.kind).has_pointer
     if positions is not None:
-        if not has_pointer:
-            raise RunLoadError(f"positions={list(positions)}: the model of {workdir} "
-                               f"({run.config.model.kind}) has no pointer, so no attention "
-                               "page; leave --positions out.")
-        outside = [p for p in positions if not 0 <= p < len(ids) - 1]
-        if outside:
-            raise RunLoadError(f"positions={list(positions)}: {outside} outside the {len(ids) - 1}"
-                               f" targets of split={split!r} (indices 0 to {len(ids) - 2}).")
+        _check_positions(positions, has_pointer, run, workdir, split, len(ids))
     with _staged_report(output_dir) as staging:
         length = length or run.config.train.eval_length
-        window = run.config.model.window_size
         targets = ids[1:]
-        in_window = analysis.target_in_window(ids, window)
+        in_window = analysis.target_in_window(ids, run.config.model.window_size)
         evaluator = Evaluator(run.model, batch_size=batch_size, length=length)
         if has_pointer and positions is None:
             # A first pass finds where the pointer took the most mass, a second keeps attention.
@@ -128,31 +114,11 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         if baseline_workdir is not None:
             baseline = load_trained_run(baseline_workdir, data_dir, model_source, tfds_data_dir,
                                         mixed_precision)
-            if baseline.corpus.vocabulary != run.corpus.vocabulary:
-                raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
-                                   f"than {workdir}; the frequency comparison needs the same one.")
-            other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
-                ids, collect=True, spelling=_spelling(baseline, split, ids))
-            rows = analysis.bucket_comparison(targets, result.nll, other.nll, bucket_of,
-                                              run.corpus.train_counts, num_buckets)
-            names = (model_label(run.config.model), model_label(baseline.config.model))
-            if names[0] == names[1]:
-                names = ("model", "baseline")
-            run_files.write_text_atomic(staging / "frequency_buckets.md",
-                                        analysis.format_bucket_table(rows, *names))
-            analysis.plot_buckets(rows, staging / "frequency_buckets.png", *names)
-            metrics.update(baseline_workdir=str(baseline_workdir),
-                           baseline_perplexity=other.perplexity, frequency_buckets=rows)
+            metrics.update(_frequency_comparison(run, baseline, baseline_workdir, workdir, split,
+                                                 ids, result, bucket_of, num_buckets, batch_size,
+                                                 length, staging))
         if has_pointer and result.attention:
-            words = run.corpus.vocabulary.tokens
-            examples = [{
-                "position": j, "words": [words[i] for i in entry["key_ids"]],
-                "weights": entry["weights"].tolist(), "target": words[targets[j]],
-                "gate": float(result.gate[j]), "probability": math.exp(-result.nll[j]),
-            } for j, entry in sorted(result.attention.items())]
-            title = f"Pointer attention: {model_label(run.config.model)} on {split} ({workdir})"
-            run_files.write_text_atomic(staging / "attention.html",
-                                        figures.render_attention_html(examples, title))
+            _write_attention_page(run, workdir, split, targets, result, staging)
             metrics["attention_positions"] = sorted(result.attention)
         if pointer_diagnostics.has_sentinel_pointer(run.model):
             calibration = run.model.pointer.gate_calibration
@@ -168,6 +134,63 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         run_files.write_text_atomic(staging / "metrics.json",
                                     json.dumps(metrics, indent=2, default=_plain))
     return metrics
+
+
+def _check_output_dir(output_dir):
+    """Raises RunLoadError unless `output_dir` can hold a report (a folder, or nothing yet)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise RunLoadError(f"output_dir={output_dir} is a file; expected a folder for the "
+                           "report (or a path that does not exist yet).")
+    for name in REPORT_FILES:
+        if (output_dir / name).is_dir():
+            raise RunLoadError(f"output_dir={output_dir} holds a folder {name} where the report "
+                               "writes a file; move it away or choose another output_dir.")
+
+
+def _check_positions(positions, has_pointer, run, workdir, split, num_tokens):
+    """Raises RunLoadError unless `positions` are targets of the split, for a pointer model."""
+    if not has_pointer:
+        raise RunLoadError(f"positions={list(positions)}: the model of {workdir} "
+                           f"({run.config.model.kind}) has no pointer, so no attention "
+                           "page; leave --positions out.")
+    outside = [p for p in positions if not 0 <= p < num_tokens - 1]
+    if outside:
+        raise RunLoadError(f"positions={list(positions)}: {outside} outside the {num_tokens - 1}"
+                           f" targets of split={split!r} (indices 0 to {num_tokens - 2}).")
+
+
+def _frequency_comparison(run, baseline, baseline_workdir, workdir, split, ids, result,
+                          bucket_of, num_buckets, batch_size, length, staging):
+    """Figure 4: the baseline's and the model's loss per frequency bucket, written as
+    frequency_buckets.md and .png into `staging`; returns the metrics' entries."""
+    if baseline.corpus.vocabulary != run.corpus.vocabulary:
+        raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
+                           f"than {workdir}; the frequency comparison needs the same one.")
+    other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
+        ids, collect=True, spelling=_spelling(baseline, split, ids))
+    rows = analysis.bucket_comparison(ids[1:], result.nll, other.nll, bucket_of,
+                                      run.corpus.train_counts, num_buckets)
+    names = (model_label(run.config.model), model_label(baseline.config.model))
+    if names[0] == names[1]:
+        names = ("model", "baseline")
+    run_files.write_text_atomic(staging / "frequency_buckets.md",
+                                analysis.format_bucket_table(rows, *names))
+    analysis.plot_buckets(rows, staging / "frequency_buckets.png", *names)
+    return {"baseline_workdir": str(baseline_workdir), "baseline_perplexity": other.perplexity,
+            "frequency_buckets": rows}
+
+
+def _write_attention_page(run, workdir, split, targets, result, staging):
+    """attention.html in `staging`: the pointer's attention at the positions `result` kept."""
+    words = run.corpus.vocabulary.tokens
+    examples = [{
+        "position": j, "words": [words[i] for i in entry["key_ids"]],
+        "weights": entry["weights"].tolist(), "target": words[targets[j]],
+        "gate": float(result.gate[j]), "probability": math.exp(-result.nll[j]),
+    } for j, entry in sorted(result.attention.items())]
+    title = f"Pointer attention: {model_label(run.config.model)} on {split} ({workdir})"
+    run_files.write_text_atomic(staging / "attention.html",
+                                figures.render_attention_html(examples, title))
 
 
 @contextlib.contextmanager
