@@ -3,6 +3,7 @@
 import keras
 import keras_hub
 from keras import ops
+from keras_hub.src.utils import preset_utils
 
 from psmm_tf.configs import INPUT_EMBEDDINGS
 from psmm_tf.layers import CharacterEmbedding, LockedDropout, ZoneoutLSTM, checked_ids
@@ -244,6 +245,13 @@ class LSTMBackbone(keras_hub.models.Backbone):
             final_state.append(layer_state)
         return x, tuple(final_state)
 
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """keras-hub's `Backbone.from_preset`, a quantized preset's layers quantized as saved
+        (`preset_dtype`)."""
+        kwargs["dtype"] = preset_dtype(preset, kwargs.get("dtype"))
+        return super().from_preset(preset, load_weights=load_weights, **kwargs)
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -276,3 +284,20 @@ def _keras_hub_inputs(inputs, token_mask):
                          "give one of them.")
     mask = inputs.get("padding_mask", token_mask)
     return inputs["token_ids"], None if mask is None else ops.cast(mask, "bool")
+
+
+def preset_dtype(preset, dtype=None):
+    """The dtype to give keras-hub's backbone loader for `preset`: `dtype` (None: keras-hub's
+    rule, the global policy for a float preset), except for a quantized preset, whose saved
+    `DTypePolicyMap` (the quantized layers' policies) is kept with `dtype` as its default.
+
+    keras-hub's `Backbone.from_preset` replaces a saved map by the `dtype` it was given (None
+    unless asked), so a quantized backbone's weights would not load into float layers; its
+    task loader keeps the map. Returns a dtype policy, its serialized dict, or None.
+    """
+    saved = preset_utils.load_json(preset, preset_utils.CONFIG_FILE).get("config", {}).get("dtype")
+    if not (isinstance(saved, dict) and saved.get("class_name") == "DTypePolicyMap"):
+        return dtype
+    config = preset_utils.set_dtype_in_config({"config": {"dtype": saved}}, dtype)
+    return config["config"]["dtype"]
+

@@ -37,7 +37,7 @@ from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 from psmm_tf.models.accuracy import SparseCategoricalAccuracy
-from psmm_tf.models.backbone import LSTMBackbone
+from psmm_tf.models.backbone import LSTMBackbone, preset_dtype
 from psmm_tf.models.tokenizer import vocabulary_in_assets
 
 # A preset folder is keras-hub's layout (`save_to_preset`), its names keras-hub's; a psmm-train
@@ -627,7 +627,7 @@ def _task_on_backbone_preset(cls, path, load_weights, dtype=None, **kwargs):
             f"task's class, e.g. psmm_tf.models.PointerSentinelLM.from_preset({path!r}, "
             f"window_size=100) or LSTMLanguageModel.from_preset({path!r}).")
     backbone = keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
-                                                     **({} if dtype is None else {"dtype": dtype}))
+                                                     dtype=preset_dtype(path, dtype))
     if not isinstance(backbone, LSTMBackbone):
         raise ValueError(f"preset {path!r} holds a {type(backbone).__name__}, not an "
                          f"LSTMBackbone: {cls.__name__} reads an LSTMBackbone's states.")

@@ -492,6 +492,25 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
                                     r"\(a backbone's\) loads with the task's class"):
             keras_hub.models.CausalLM.from_preset(preset)
 
+    def test_a_quantized_backbones_preset_loads_quantized(self):
+        # keras-hub 0.32's backbone loader replaces the saved DTypePolicyMap by the dtype asked
+        # for; LSTMBackbone.from_preset and a task built on the preset keep it.
+        model = _trained_looking(_task(), self.rng)
+        model.preprocessor(["w1"])
+        model.quantize("int8")
+        preset = os.path.join(self.get_temp_dir(), "int8_backbone")
+        model.backbone.save_to_preset(preset)
+        ids = np.array([[2, 5, 3, 7, 4]])
+        states = model.backbone(ids)[0]
+        for backbone in (LSTMBackbone.from_preset(preset),
+                         PointerSentinelLM.from_preset(preset, window_size=6).backbone):
+            self.assertEqual(backbone.embedding.quantization_mode, "int8")
+            self.assertAllClose(backbone(ids)[0], states, atol=1e-6)
+        bfloat16 = LSTMBackbone.from_preset(preset, dtype="mixed_bfloat16")
+        self.assertEqual((bfloat16.embedding.quantization_mode, bfloat16.lstm_0.compute_dtype),
+                         ("int8", "bfloat16"))
+        self.assertAllClose(bfloat16(ids)[0], states, atol=0.05)
+
     def test_a_presets_gate_calibration_comes_with_its_weights_only(self):
         # keras-hub's own loader reads the head's weights only with load_weights=True; the
         # calibration, fitted to those weights, is kept beside them, not in task.json.
