@@ -136,12 +136,17 @@ def _config(suite, data, kind="psmm", model=None):
         "valid_split": "test", "test_split": "test", "min_count": 1})
 
 
-def _tuning_and_report_ids(suite, corpus):
-    """(text the cache is tuned on, text it is reported on) for a suite (see the docstring)."""
+def _tuning_and_report_texts(suite, corpus):
+    """(text the cache is tuned on, text it is reported on) for a suite (see the docstring),
+    each as `(ids, spelling)`: the spelling for a model with character inputs, else None."""
+    def text(role, start=None, stop=None):
+        spelling = None if corpus.spellings is None else corpus.spellings[role][start:stop]
+        return corpus.ids[role][start:stop], spelling
+
     if suite == "ptb":
-        return corpus.ids["valid"], corpus.ids["test"]
-    ids = corpus.ids["test"]
-    return ids[:len(ids) // 2], ids[len(ids) // 2:]
+        return text("valid"), text("test")
+    half = len(corpus.ids["test"]) // 2
+    return text("test", None, half), text("test", half)
 
 
 def _load_run(suite, kind, out):
@@ -155,8 +160,8 @@ def _load_run(suite, kind, out):
     if suite == "wikitext" and has_sentinel_pointer(run.model) \
             and run.model.pointer.gate_calibration is not None:
         run.model.set_gate_calibration(None)
-        calibrate_gate(run.model, _tuning_and_report_ids(suite, run.corpus)[0],
-                       length=run.config.train.eval_length)
+        ids, spelling = _tuning_and_report_texts(suite, run.corpus)[0]
+        calibrate_gate(run.model, ids, length=run.config.train.eval_length, spelling=spelling)
     return run
 
 
@@ -176,8 +181,9 @@ def _trained_row(suite, name, data, out):
         row["gate_calibration"] = results["gate_calibration"]["gate_calibration"]
     if suite == "wikitext":
         run = _load_run(suite, name, out)
+        ids, spelling = _tuning_and_report_texts(suite, run.corpus)[1]
         row["second_half_perplexity"] = Evaluator(run.model).evaluate(
-            _tuning_and_report_ids(suite, run.corpus)[1]).perplexity
+            ids, spelling=spelling).perplexity
     return row
 
 
@@ -188,12 +194,15 @@ def _cache_row(suite, kind, out):
     lambdas = [float(v) for v in FLAGS.cache_lambdas]
     window = FLAGS.cache_window or run.config.model.window_size
     length = run.config.train.eval_length
-    tune_ids, report_ids = _tuning_and_report_ids(suite, run.corpus)
+    (tune_ids, tune_spelling), (report_ids, report_spelling) = _tuning_and_report_texts(
+        suite, run.corpus)
     start = time.time()
-    search = cache_grid_search(run.model, evaluation_windows(tune_ids, 1, length),
+    search = cache_grid_search(run.model, evaluation_windows(tune_ids, 1, length,
+                                                             spelling=tune_spelling),
                                thetas, lambdas, window=window)
     best = search["best"]
-    reported = cache_grid_search(run.model, evaluation_windows(report_ids, 1, length),
+    reported = cache_grid_search(run.model, evaluation_windows(report_ids, 1, length,
+                                                               spelling=report_spelling),
                                  [best["theta"]], [best["lambda"]], window=window)["best"]
     grid = {(e["theta"], e["lambda"]): e["perplexity"] for e in search["grid"]}
     row = {"tuned_perplexity": best["perplexity"], "theta": best["theta"],

@@ -249,7 +249,7 @@ class LSTMBackbone(keras_hub.models.Backbone):
     def from_preset(cls, preset, load_weights=True, **kwargs):
         """keras-hub's `Backbone.from_preset`, a quantized preset's layers quantized as saved
         (`preset_dtype`)."""
-        kwargs["dtype"] = preset_dtype(preset, kwargs.get("dtype"))
+        kwargs["dtype"] = preset_dtype(preset, kwargs.get("dtype"), load_weights)
         return super().from_preset(preset, load_weights=load_weights, **kwargs)
 
     def get_config(self):
@@ -286,18 +286,32 @@ def _keras_hub_inputs(inputs, token_mask):
     return inputs["token_ids"], None if mask is None else ops.cast(mask, "bool")
 
 
-def preset_dtype(preset, dtype=None):
+def preset_dtype(preset, dtype=None, load_weights=True):
     """The dtype to give keras-hub's backbone loader for `preset`: `dtype` (None: keras-hub's
     rule, the global policy for a float preset), except for a quantized preset, whose saved
     `DTypePolicyMap` (the quantized layers' policies) is kept with `dtype` as its default.
 
     keras-hub's `Backbone.from_preset` replaces a saved map by the `dtype` it was given (None
     unless asked), so a quantized backbone's weights would not load into float layers; its
-    task loader keeps the map. Returns a dtype policy, its serialized dict, or None.
+    task loader keeps the map. Returns `dtype`, or the serialized map.
+
+    Raises:
+        ValueError: the preset is quantized and `load_weights` is False (new quantized weights
+            are zeros: a quantized model is only loaded as it was saved).
     """
+    if not preset_utils.check_file_exists(preset, preset_utils.CONFIG_FILE):
+        return dtype  # keras-hub's loader names what is missing
     saved = preset_utils.load_json(preset, preset_utils.CONFIG_FILE).get("config", {}).get("dtype")
     if not (isinstance(saved, dict) and saved.get("class_name") == "DTypePolicyMap"):
         return dtype
+    if not load_weights:
+        layers = sorted(path.split("/")[-1]
+                        for path in saved.get("config", {}).get("policy_map", {}))
+        raise ValueError(f"preset {preset!r} holds a quantized backbone ({', '.join(layers)}): "
+                         f"it loads only with its weights (load_weights=False would give "
+                         f"quantized layers of zeros); use the float model it was quantized "
+                         f"from.")
+    if dtype is not None and not isinstance(dtype, str):  # the map's entries take a name
+        dtype = keras.dtype_policies.get(dtype).name
     config = preset_utils.set_dtype_in_config({"config": {"dtype": saved}}, dtype)
     return config["config"]["dtype"]
-

@@ -627,7 +627,7 @@ def _task_on_backbone_preset(cls, path, load_weights, dtype=None, **kwargs):
             f"task's class, e.g. psmm_tf.models.PointerSentinelLM.from_preset({path!r}, "
             f"window_size=100) or LSTMLanguageModel.from_preset({path!r}).")
     backbone = keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
-                                                     dtype=preset_dtype(path, dtype))
+                                                     dtype=preset_dtype(path, dtype, load_weights))
     if not isinstance(backbone, LSTMBackbone):
         raise ValueError(f"preset {path!r} holds a {type(backbone).__name__}, not an "
                          f"LSTMBackbone: {cls.__name__} reads an LSTMBackbone's states.")

@@ -510,6 +510,15 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual((bfloat16.embedding.quantization_mode, bfloat16.lstm_0.compute_dtype),
                          ("int8", "bfloat16"))
         self.assertAllClose(bfloat16(ids)[0], states, atol=0.05)
+        policy = LSTMBackbone.from_preset(preset, dtype=keras.DTypePolicy("mixed_bfloat16"))
+        self.assertEqual(policy.lstm_0.compute_dtype, "bfloat16")
+        for load in (lambda: LSTMBackbone.from_preset(preset, load_weights=False),
+                     lambda: PointerSentinelLM.from_preset(preset, load_weights=False)):
+            with self.assertRaisesRegex(ValueError, r"holds a quantized backbone \(embedding\): "
+                                                    r"it loads only with its weights"):
+                load()
+        with self.assertRaisesRegex(ValueError, r"has no config\.json"):
+            LSTMBackbone.from_preset(self.get_temp_dir())
 
     def test_a_presets_gate_calibration_comes_with_its_weights_only(self):
         # keras-hub's own loader reads the head's weights only with load_weights=True; the
