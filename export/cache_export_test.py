@@ -352,7 +352,7 @@ class CacheFlagsTest(tf.test.TestCase):
             (["--cache_window=10", "--cache_theta=nan"], r"--cache_theta must be a finite"),
             (["--cache_window=10", "--cache_lambda=1.5"],
              r"--cache_lambda must be in \[0, 1\) .*got 1.5"),
-            # Third sweep (issue 50): lambda 1 exported a perplexity of 2e21 (an empty cache).
+            # Lambda 1 exported a perplexity of 2e21 (an empty cache).
             (["--cache_window=10", "--cache_lambda=1.0"],
              r"--cache_lambda must be in \[0, 1\) .*probability 0\), got 1.0"),
             (["--cache_window=10", "--cache_lambda=nan"], r"--cache_lambda must be in \[0, 1\)"),

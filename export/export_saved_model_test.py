@@ -99,7 +99,7 @@ class ExportTest(tf.test.TestCase):
         finally:
             del model.call
         self.assertLen(traced, 2)
-        # Issue 27 (silent 10): under ~488 tokens the export's own warmup was refused, and TF
+        # Under ~488 tokens the export's own warmup was refused, and TF
         # Serving would not have loaded the version. Version 5 allows 2 tokens a request
         # (test_keras_model_export 100, through the flag).
         self.assertEqual(export_saved_model.export(model, vocab_file, base, max_tokens=2),
@@ -122,7 +122,7 @@ class ExportTest(tf.test.TestCase):
         self.assertIn(os.path.join(base, "7"), stdout)
         out = LocalClient(base).predict("serving_default", {"texts": TEXTS})
         self.assert_scores_expected(out["log_probs"], out["num_tokens"])
-        # Issue 27: the warmup of an export allowing 100 tokens a request fits it.
+        # The warmup of an export allowing 100 tokens a request fits it.
         self.assertEqual(self.replay_warmup(base, 7), set(SIGNATURES) - {"score_text"},
                          "limit 100")
 

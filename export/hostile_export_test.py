@@ -36,7 +36,7 @@ class ExportTest(psmm_testing.TrainedRunTestCase):
         for index, (argv, message) in enumerate([
             ([f"--workdir={run}", "--model_version=0"],
              r"flag --model_version=0: must be an integer in \[1, 2\*\*63\)"),
-            # Issue 27 (silent 11): accepted before, though TF Serving's versions are int64.
+            # Accepted before, though TF Serving's versions are int64.
             ([f"--workdir={run}", "--model_version=99999999999999999999"],
              r"flag --model_version=99999999999999999999: must be an integer in \[1, 2\*\*63\)"),
             ([f"--workdir={run}", "--max_request_tokens=1"],
@@ -62,7 +62,7 @@ class ExportTest(psmm_testing.TrainedRunTestCase):
         self.assertEqual(snapshot(run), before)
 
     def test_a_model_keras_of_another_run_is_refused(self):
-        # Issue 27 (silent 6): another run's model.keras (hidden 32) in a hidden-16 run was
+        # Another run's model.keras (hidden 32) in a hidden-16 run was
         # exported with assets.extra/config.json saying 16.
         from psmm_tf.models import build_model
 
@@ -91,7 +91,7 @@ class ExportTest(psmm_testing.TrainedRunTestCase):
         self.assertEqual(snapshot(run), before)
 
     def test_another_runs_vocabulary_files_are_refused_by_the_model_itself(self):
-        # Issue 27 (silent 5): vocab.txt and vocab.sha256 of another run agree with each other;
+        # vocab.txt and vocab.sha256 of another run agree with each other;
         # psmm-evaluate then reported 100.08 where the true perplexity was 33.16.
         # Also one of another size (tracebacks before: an index out of [0, V), a broadcast).
         def swapped(tokens):
@@ -262,7 +262,7 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
 
 class ExportVocabularyTest(tf.test.TestCase):
     def test_an_edited_vocabulary_asset_changes_nothing_scored(self):
-        # Second sweep: another run's vocab.txt copied over an export's assets/vocab.txt was
+        # Another run's vocab.txt copied over an export's assets/vocab.txt was
         # read by the lookup tables at load, and the export scored with it (exit 0).
         export_dir = Path(testing.shared_export()[2])
         edited = Path(self.get_temp_dir()) / "edited_export"
@@ -278,7 +278,7 @@ class ExportVocabularyTest(tf.test.TestCase):
 
 
 class DefaultExportTest(psmm_testing.TrainedRunTestCase):
-    """Third sweep (issue 50): psmm-export's default (the newest checkpoint) of a finished run
+    """psmm-export's default (the newest checkpoint) of a finished run
     was another model than its model.keras: the last weights rather than the best, without the
     gate's calibration, which training fits after its last checkpoint into model.keras alone."""
 

@@ -77,7 +77,7 @@ class _Hang(http.server.BaseHTTPRequestHandler):
 
 class InterruptTest(tf.test.TestCase):
     def test_ctrl_c_while_a_request_waits_is_one_line_and_exit_130(self):
-        # Issue 50: Ctrl-C in psmm-score was a KeyboardInterrupt traceback.
+        # Ctrl-C in psmm-score was a KeyboardInterrupt traceback.
         server = http.server.HTTPServer(("127.0.0.1", 0), _Hang)
         server.arrived, server.stop = threading.Event(), threading.Event()
         thread = threading.Thread(target=server.handle_request, daemon=True)
@@ -105,7 +105,7 @@ class InterruptTest(tf.test.TestCase):
 
 class RestDeadlineTest(tf.test.TestCase):
     def test_timeout_is_a_deadline_for_the_whole_answer(self):
-        # Issue 27 (silent 8): --timeout=2 against a 1 byte/s server ran 41.8 s.
+        # --timeout=2 against a 1 byte/s server ran 41.8 s.
         text = Path(self.get_temp_dir()) / "text.txt"
         text.write_text("the cat\n")
         server = http.server.HTTPServer(("127.0.0.1", 0), _Trickle)
@@ -184,7 +184,7 @@ class ScoreSweepTest(tf.test.TestCase):
         huge = root / "huge_line.txt"
         huge.write_text("the " * DEFAULT_MAX_TOKENS + "\n")
         export_dir = testing.shared_export()[2]
-        # Second sweep: /dev/zero as --input was read without end (no newline ever comes), and a
+        # /dev/zero as --input was read without end (no newline ever comes), and a
         # cut saved_model.pb was a traceback.
         endless = root / "endless_line.txt"
         with open(endless, "wb") as f:
@@ -234,7 +234,7 @@ class ScoreSweepTest(tf.test.TestCase):
                 self.assertRegex(stderr, message)
 
     def test_input_files_are_read_by_the_corpus_readers_rules(self):
-        # Fourth sweep: --input was decoded as plain UTF-8: a byte order mark made the first
+        # --input was decoded as plain UTF-8: a byte order mark made the first
         # word `\ufeffthe`, scored as <unk>; UTF-16, NUL bytes and \r-alone line ends were
         # scored as text or refused cryptically, and a .gz file was "not valid UTF-8".
         root = Path(self.get_temp_dir()) / "encodings"

@@ -83,7 +83,7 @@ class ScoreTest(tf.test.TestCase):
         self.assertAllClose(first, self.whole["log_probs"][0][:7], atol=1e-5)
 
     def test_a_line_holding_the_word_eos_is_one_line(self):
-        # Issue 27 (silent 9): lines were split at every <eos> token, the word's included, so
+        # Lines were split at every <eos> token, the word's included, so
         # two lines were reported as lines 1, 2 and 3.
         path = os.path.join(self.tmp, "eos_word.txt")
         with open(path, "w", encoding="utf-8") as f:

@@ -62,7 +62,7 @@ class DataDirTest(psmm_testing.TrainedRunTestCase):
 
 class OtherBackendTest(psmm_testing.TrainedRunTestCase):
     def test_the_programs_refuse_a_jax_backend_up_front(self):
-        # Issue 27: `KERAS_BACKEND=jax psmm-train` ended in a TensorFlow Checkpoint traceback.
+        # `KERAS_BACKEND=jax psmm-train` ended in a TensorFlow Checkpoint traceback.
         workdir = self.copy_run("jax_backend")
         before = snapshot(workdir)
         root = Path(self.get_temp_dir())
@@ -229,7 +229,7 @@ class UnusedFlagsOnRunsTest(tf.test.TestCase):
 
 class OutOfMemoryTest(tf.test.TestCase):
     def test_a_model_larger_than_memory_is_one_line_and_writes_nothing(self):
-        # Second sweep: `--hidden_dim=100000` ended in a ResourceExhaustedError traceback.
+        # `--hidden_dim=100000` ended in a ResourceExhaustedError traceback.
         workdir = Path(self.get_temp_dir()) / "too_large"
         done = run_script("trainers/train.py", [
             "--preset=tiny", "--dataset=synthetic", "--epochs=1", "--hidden_dim=1000000",

@@ -201,7 +201,7 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
         self.assertFalse(any(name.startswith("checkpoints/") for name in set(after) - set(before)))
 
     def test_a_trained_run_without_checkpoints_is_refused_unless_restarted(self):
-        # Issue 27, damage 1: retraining would have replaced model.keras, results.json and cut
+        # Retraining would have replaced model.keras, results.json and cut
         # steps.jsonl; history.json would have mixed two runs.
         for damage in ("removed", "a_file", "emptied"):
             with self.subTest(damage=damage):
@@ -238,7 +238,7 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
         self.assertLen(json.loads((workdir / "history.json").read_text()), 1)
 
     def test_damaged_run_logs_are_refused_before_training(self):
-        # Issue 27: a cut history.json let a resume train a whole epoch, then failed with a
+        # A cut history.json let a resume train a whole epoch, then failed with a
         # JSONDecodeError naming no file; a step with "global_step": "12" gave a TypeError.
         def cut_history(workdir):
             path = workdir / "history.json"
@@ -250,7 +250,7 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
             lines[3] = lines[3].replace('"global_step": 4', '"global_step": "4"')
             path.write_text("\n".join(lines) + "\n")
 
-        def emptied_history(workdir):  # the second sweep: the resumed history lacked epoch 0
+        def emptied_history(workdir):  # the resumed history lacked epoch 0
             (workdir / "history.json").write_text("[]\n")
 
         def cut_initial_pointer(workdir):  # read at the run's end: a traceback after an epoch
@@ -285,7 +285,7 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
                 self.assertEqual(snapshot(workdir), before)
 
     def test_a_refused_start_removes_only_what_it_created(self):
-        # Issue 27, damage 2: entries a user adds while a start runs are theirs.
+        # Entries a user adds while a start runs are theirs.
         workdir = Path(self.get_temp_dir()) / "user_files_meanwhile"
         original = run_setup.prepare_workdir
 
@@ -305,7 +305,7 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
         self.assertFalse((workdir / "synthetic_data").exists())  # the start's own is removed
 
     def test_an_unknown_top_level_config_field_is_refused_not_dropped(self):
-        # Issue 27, damage 3: one rule at the top level and inside a section.
+        # One rule at the top level and inside a section.
         for where in ("top", "section"):
             with self.subTest(where=where):
                 workdir = self.copy_run(f"config_field_{where}")
@@ -322,7 +322,7 @@ class ResumeTest(psmm_testing.TrainedRunTestCase):
                 self.assertEqual(snapshot(workdir), before)
 
     def test_other_epochs_on_a_run_stopped_by_patience_say_why_no_epoch_runs(self):
-        # Fourth sweep: --epochs=5 on a run the paper's rule had stopped (patience) ran no
+        # --epochs=5 on a run the paper's rule had stopped (patience) ran no
         # epoch and made its results again, saying nothing. Not refused: --compare_baseline
         # resumed with more epochs must still train the half the rule has not stopped.
         workdir = Path(self.get_temp_dir()) / "stopped_by_patience"
@@ -422,7 +422,7 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
                   "--max_eval_tokens=300", "--verbose=0"]
 
     def test_a_comparison_and_a_single_run_are_refused_in_the_other_mode(self):
-        # Fourth sweep: psmm-train without --compare_baseline on a comparison's folder started
+        # psmm-train without --compare_baseline on a comparison's folder started
         # a new run beside its two; --compare_baseline on a run's folder nested two runs in it.
         root = Path(self.get_temp_dir())
         parent = root / "comparison"
@@ -468,7 +468,7 @@ class WorkdirSweepTest(psmm_testing.TrainedRunTestCase):
         self.assertEqual(sorted(os.listdir(parent)), ["lstm", "psmm"])
 
     def test_a_vocabulary_without_its_run_is_refused(self):
-        # Fourth sweep: a new run adopted any vocab.txt in its workdir, --min_count and
+        # A new run adopted any vocab.txt in its workdir, --min_count and
         # --max_vocab_size then ignored (a user's 3-word file: a run of 3 words).
         root = Path(self.get_temp_dir())
         for names in (("vocab.txt",), ("vocab.sha256",), ("vocab.txt", "vocab.sha256")):
@@ -587,9 +587,8 @@ class DiskFullTest(psmm_testing.TrainedRunTestCase):
         base = Path(self.get_temp_dir()) / "disk_full_base"
         before = snapshot(run)
         with file_size_limit(200_000):
-            # The checkpoint, the default before issue 50 (model.keras of a finished run:
-            # reading it unpacks it to a temporary file, which a limit this low refuses before
-            # the export is written).
+            # The checkpoint: model.keras, a finished run's default, is unpacked to a temporary
+            # file when read, which a limit this low refuses before the export is written.
             code, stderr = main_in_process(export_saved_model.main, [
                 "psmm-export", f"--workdir={run}", f"--export_base={base}",
                 "--model_source=latest"])
@@ -617,7 +616,7 @@ class DiskFullTest(psmm_testing.TrainedRunTestCase):
 
 
 class InitFromTest(psmm_testing.TrainedRunTestCase):
-    """Third sweep (issue 50): --init_from=RUN while RUN trains read a model.keras that RUN
+    """--init_from=RUN while RUN trains read a model.keras that RUN
     replaces after, and the new run recorded only RUN's path."""
 
     def test_a_run_in_progress_is_refused_and_the_model_started_from_is_recorded(self):
@@ -646,7 +645,7 @@ class InitFromTest(psmm_testing.TrainedRunTestCase):
 
 
 class CharOutputBaseTest(psmm_testing.TrainedRunTestCase):
-    """Third sweep (issue 50): --char_output_on=<a file> was a NotADirectoryError traceback,
+    """--char_output_on=<a file> was a NotADirectoryError traceback,
     and a run killed before its first model.keras advised a flag psmm-train does not have."""
 
     def test_a_file_or_a_run_without_its_model_is_refused_naming_it(self):
@@ -677,7 +676,7 @@ class CharOutputBaseTest(psmm_testing.TrainedRunTestCase):
 
 
 class CharOutputWorkdirTest(psmm_testing.TrainedRunTestCase):
-    """Fourth sweep: a character-output run ignored --restart, retrained over a CHARS folder
+    """A character-output run ignored --restart, retrained over a CHARS folder
     whose checkpoints were removed (replacing its model.keras, history.json and results.json),
     trained an epoch before a file `checkpoints` failed with a traceback, and trained on, or
     gated, a base run still training; a gate on a run with a damaged config.json was a bare
@@ -744,7 +743,7 @@ class CharOutputWorkdirTest(psmm_testing.TrainedRunTestCase):
             self.assertEqual([record["epoch"] for record in history], [1])
 
     def test_a_character_output_run_without_char_output_on_is_refused(self):
-        # Fourth sweep: psmm-train --workdir=CHARS without --char_output_on built a language
+        # psmm-train --workdir=CHARS without --char_output_on built a language
         # model's run there, then failed restoring CHARS's checkpoints with a message that
         # called them damaged and advised moving the folder away to start a new run.
         base = self.copy_run("chars_resume_base")
@@ -825,7 +824,7 @@ class CharOutputWorkdirTest(psmm_testing.TrainedRunTestCase):
 
 
 class InterruptTest(tf.test.TestCase):
-    """Third sweep (issue 50): Ctrl-C during epoch 1 was a 65-line KeyboardInterrupt traceback,
+    """Ctrl-C during epoch 1 was a 65-line KeyboardInterrupt traceback,
     and the resumed run printed TensorFlow's warnings of unrestored `(root).vocabulary`."""
 
     def test_ctrl_c_is_one_line_and_exit_130_and_the_resume_warns_of_nothing(self):

@@ -123,7 +123,7 @@ class SyntheticCorpusTest(testing.TestCase):
         return DataConfig(dataset="synthetic", synthetic_train_tokens=train_tokens)
 
     def test_a_corpus_of_other_settings_is_refused_and_kept(self):
-        # Issue 27 (silent 7): a start killed after writing a 50k corpus, then run with 20k,
+        # A start killed after writing a 50k corpus, then run with 20k,
         # trained on the 50k corpus while its config said 20k.
         from psmm_tf.data import corpus_setup
 

@@ -86,7 +86,7 @@ LINE = "the cat sat on the mat and the dog sat on the log .\n"
 
 
 class EncodingSweepTest(tf.test.TestCase):
-    """Third sweep (issue 50): text encodings. A corpus file that would be read as other words
+    """Text encodings. A corpus file that would be read as other words
     than its text is refused naming the file, the line and the fix; nothing is written."""
 
     def write(self, name, content):
@@ -176,7 +176,7 @@ class EncodingSweepTest(tf.test.TestCase):
 
 
 class DegenerateCorpusTest(tf.test.TestCase):
-    """Third sweep (issue 50): corpora that read, but whose run would learn or report nothing
+    """Corpora that read, but whose run would learn or report nothing
     (exit 0 before): refused at the start, naming the split; no run file written."""
 
     def test_corpora_without_words_to_learn_or_to_validate_are_refused(self):

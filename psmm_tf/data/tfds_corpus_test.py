@@ -97,7 +97,7 @@ class TfdsCorpusTest(testing.TestCase):
         self.assertEqual(self.load(data_dir=other)["train"], ["x", "y", "<eos>", "w", "<eos>"])
 
     def test_damaged_shards_are_refused_naming_the_prepared_folder(self):
-        # Issue 27: a deleted or cut shard gave NotFoundError / DataLossError, and an emptied
+        # A deleted or cut shard gave NotFoundError / DataLossError, and an emptied
         # one read as a shorter split without any error.
         first = self.load()
         prepared = self.tfds_dir / "plain_text" / "1.0.0"

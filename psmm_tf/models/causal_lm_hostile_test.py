@@ -88,7 +88,7 @@ class PresetTest(testing.TestCase):
 class DiskFullTest(testing.TestCase):
 
     def test_reading_a_keras_file_on_a_full_disk_says_the_disk_is_full(self):
-        # Issue 50 (row 234): the file-size limit (EFBIG, as ENOSPC on a full disk) stops the
+        # Row 234: the file-size limit (EFBIG, as ENOSPC on a full disk) stops the
         # unpacking of model.keras into the temporary folder; the error blamed the file.
         path = os.path.join(self.get_temp_dir(), "model.keras")
         _task().save(path)

@@ -158,7 +158,7 @@ class TaskTest(testing.TestCase, parameterized.TestCase):
             model.score_with_state(ids, bad_padding)
 
     def test_score_text_names_what_is_not_text(self):
-        # Issue 27: None gave "'NoneType' object is not iterable", bytes "texts[0] must be a
+        # None gave "'NoneType' object is not iterable", bytes "texts[0] must be a
         # str, got int".
         model = _task()
         for texts, message in ((None, r"`texts` must be a str or a list of str, got NoneType"),
