@@ -1,7 +1,7 @@
 """Every citation of a docs page's section names a section that page has.
 
 Code, benchmarks and docs cite measurements and reasons as `docs/<page>.md, "<section>"`
-(issue 48: code says what and how, the docs say why and how fast). When a section moves or is
+(code says what and how, the docs say why and how fast). When a section moves or is
 renamed, the citation must follow it. A section is a heading, a bold lead-in (`**...**`), a list
 item or the start of a paragraph; a citation may name its first words only.
 """

@@ -1,4 +1,4 @@
-"""End to end through the trainer: the seed papers' options (issue 6) on the synthetic corpus."""
+"""End to end through the trainer: the seed papers' options on the synthetic corpus."""
 
 import math
 import os

@@ -1,4 +1,4 @@
-"""The package's shape (issue 13): no import cycle, thin entry points, run file names in one place.
+"""The package's shape: no import cycle, thin entry points, run file names in one place.
 
 Modules are read with `ast`, never imported: function-level imports count as much as the ones
 at the top of a file. An import names the module it reads (`from psmm_tf.training import
@@ -24,7 +24,7 @@ MAX_ENTRY_POINT_LINES = 120
 # names a module or a package (its modules with it); "psmm_tf" itself is the package's
 # __init__.py (its public names) only. Every module is in exactly one room.
 ROOMS = (
-    # Foundations: import nothing of psmm_tf's other rooms (native: issue 47's kernel room).
+    # Foundations: import nothing of psmm_tf's other rooms (native: the kernels' room).
     ("psmm_tf.configs", "psmm_tf.compiled", "psmm_tf.native_logs", "psmm_tf.native",
      "psmm_tf.checkpoints"),
     ("psmm_tf.data",),
@@ -264,7 +264,7 @@ class StructureTest(unittest.TestCase):
                                    "restore": {"psmm_tf/checkpoints.py"}})
 
 
-# The one module that reads the native switch and the loader's answer (issue 47).
+# The one module that reads the native switch and the loader's answer.
 NATIVE_DECIDER = "psmm_tf.native"
 NATIVE_LOADER = "psmm_tf.native.build"
 # Entry points (flags and the environment are theirs) and psmm_tf/__init__.py, which reads

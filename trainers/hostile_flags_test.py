@@ -126,7 +126,7 @@ class FlagSweepTest(tf.test.TestCase):
         ]:
             with self.subTest(args=args):
                 # psmm-train's own main, in this process: a new process per case cost ~6 s of
-                # TensorFlow start each (issue 47); the first case also runs as the program.
+                # TensorFlow start each; the first case also runs as the program.
                 code, stderr = train_in_process([f"--workdir={workdir}", *args])
                 self.assertEqual(code, 1)
                 self.assertRegex(stderr, message)
