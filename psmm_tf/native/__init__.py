@@ -19,9 +19,8 @@ The one switch, like Keras' `use_cudnn`: `mode` "auto" (the default) uses the ke
 they can run and otherwise falls back to TensorFlow ops with one log line naming the reason;
 "on" raises `NativeKernelsUnavailable` naming what is missing (a compiler, TensorFlow's
 headers, a usable cache folder) or what rules them out (a GPU, an XLA-compiled step); "off"
-never builds them. A psmm-train run (`train_lib.run`) gives its training steps the mode of its
-`TrainConfig.native` (`--native`), which holds inside them whatever `configure` set; the
-tasks' `train_step` in Keras' `fit` and everything else read the mode `configure` sets:
+never builds them. A psmm-train run (`train_lib.run`) sets it from `TrainConfig.native`
+(`--native`) while it trains, and sets it back after; a Keras `fit` user calls `configure`:
 
 ```python
 import dataclasses
@@ -83,7 +82,7 @@ class Settings:
 
 _settings = Settings()
 # Module-wide, not per thread: tf.distribute traces its replicas in threads of their own.
-_scopes = {"enabled": 0, "disabled": 0, "jit": 0, "modes": [], "kernels": []}
+_scopes = {"enabled": 0, "disabled": 0, "jit": 0, "kernels": []}
 _logged = set()
 
 
@@ -146,17 +145,15 @@ def _scope(**changes):
                 _scopes[key] -= value
 
 
-def enabled(mode=None, jit_compile=False):
-    """Within it, graphs traced may hold the native kernels (the training steps open it).
+def enabled(jit_compile=False):
+    """Within it, graphs traced may hold the native kernels (the training steps open it), as
+    the switch's mode (`configure`) says when they trace.
 
     Args:
-        mode: optional "auto", "on" or "off" for this scope (None: `settings().mode`).
         jit_compile: bool. Whether the function traced inside is XLA-compiled (no kernel
             then: XLA has none of them); nested scopes add up.
     """
-    if mode is not None:
-        check_mode(mode)
-    return _scope(enabled=1, jit=int(bool(jit_compile)), modes=mode or _settings.mode)
+    return _scope(enabled=1, jit=int(bool(jit_compile)))
 
 
 def disabled():
@@ -170,10 +167,6 @@ def only(*kernels):
     if unknown:
         raise ValueError(f"unknown native kernel(s) {unknown}; expected names of {KERNELS}.")
     return _scope(kernels=frozenset(kernels))
-
-
-def _mode():
-    return _scopes["modes"][-1] if _scopes["modes"] else _settings.mode
 
 
 @functools.cache
@@ -215,10 +208,14 @@ def library(mode=None):
 
 
 def check(mode=None, jit_compile=False):
-    """The library a training step of `mode` would use (or None), built now: under "on",
-    `NativeKernelsUnavailable` before the step traces, naming why."""
-    with enabled(mode, jit_compile=jit_compile):
-        return library_for("zoneout_cell")
+    """The library a training step would use under `mode` (None: the switch's), or None,
+    built now: under "on", `NativeKernelsUnavailable` before the step traces, naming why."""
+    previous = configure(mode=mode)
+    try:
+        with enabled(jit_compile=jit_compile):
+            return library_for("zoneout_cell")
+    finally:
+        configure(mode=previous.mode)
 
 
 def library_for(kernel, dtype=None, use=None):
@@ -242,7 +239,7 @@ def library_for(kernel, dtype=None, use=None):
         raise ValueError(f"unknown native kernel {kernel!r}; expected one of {KERNELS}.")
     if use is None:
         use = _scopes["enabled"] > 0 and _scopes["disabled"] == 0
-    mode = _mode()
+    mode = _settings.mode
     if not use or mode == "off" or (_scopes["kernels"] and kernel not in _scopes["kernels"][-1]):
         return None
     name = None if dtype is None else getattr(dtype, "name", str(dtype))

@@ -6,6 +6,7 @@ calls) and a stand-in for `tf.load_op_library`, in temporary cache folders: seco
 One case loads the real library, cut in its cache, in a fresh process (it needs g++).
 """
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -196,6 +197,17 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual(build.check_cache_dir("~/x"), pathlib.Path.home() / "x")
 
 
+@contextlib.contextmanager
+def _enabled(mode, jit_compile=False):
+    """`native.enabled()` with the switch at `mode`, set back afterwards."""
+    previous = native.configure(mode=mode)
+    try:
+        with native.enabled(jit_compile=jit_compile):
+            yield
+    finally:
+        native.configure(mode=previous.mode)
+
+
 class SwitchTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
@@ -225,17 +237,17 @@ class SwitchTest(unittest.TestCase):
     def test_auto_falls_back_with_one_line_on_fails_naming_the_compiler_off_builds_nothing(self):
         with self.assertLogs("psmm_tf", "WARNING") as logs:
             for _ in range(3):
-                with native.enabled("auto"):
+                with _enabled("auto"):
                     self.assertIsNone(native.library_for("zoneout_cell"))
                     self.assertIsNone(native.library_for("target_log_softmax", tf.float32))
         self.assertEqual(len(logs.output), 1)
         self.assertIn("'/nonexistent/c++'", logs.output[0])
-        with native.enabled("on"), self.assertRaisesRegex(
+        with _enabled("on"), self.assertRaisesRegex(
                 native.NativeKernelsUnavailable, r"native='on' .* compiler '/nonexistent/c\+\+'"):
             native.library_for("zoneout_cell")
         with self.assertRaisesRegex(native.NativeKernelsUnavailable, "not found on the PATH"):
             native.check("on")
-        with native.enabled("off"):
+        with _enabled("off"):
             self.assertIsNone(native.library_for("zoneout_cell"))
         self.assertEqual(os.listdir(self.tmp), [])
 
@@ -248,18 +260,20 @@ class SwitchTest(unittest.TestCase):
                                                                r"the PATH"):
             train_lib.run(config, workdir)
         self.assertFalse(workdir.exists())
+        # The run set the switch while it ran, and set it back.
+        self.assertEqual(native.settings().mode, "auto")
 
     def test_an_xla_step_never_gets_the_kernels_and_on_says_so(self):
-        with native.enabled("on", jit_compile=True), self.assertRaisesRegex(
+        with _enabled("on", jit_compile=True), self.assertRaisesRegex(
                 native.NativeKernelsUnavailable, r"XLA-compiled \(jit_compile\)"):
             native.library_for("sgd_update")
-        with native.enabled("auto"), native.enabled("auto", jit_compile=True):
+        with _enabled("auto"), _enabled("auto", jit_compile=True):
             self.assertIsNone(native.library_for("sgd_update"))
 
     def test_outside_the_steps_and_for_other_dtypes_and_cpus_no_kernel(self):
         # No build is tried: these are decided before the library.
         self.assertIsNone(native.library_for("zoneout_cell"))
-        with native.enabled("on"):
+        with _enabled("on"):
             self.assertIsNone(native.library_for("target_log_softmax", tf.float64))
             self.assertIsNone(native.library_for("recurrent_product", tf.float16))
             with native.only("zoneout_keep"):
@@ -301,7 +315,7 @@ class DamagedCacheRunTest(unittest.TestCase):
             [sys.executable, "-c", script + textwrap.dedent("""
                 import tensorflow as tf
                 from psmm_tf.layers.target_log_softmax_tf import target_log_softmax
-                with native.enabled("on"):
+                with native.enabled():
                     value = tf.function(target_log_softmax)(tf.zeros((2, 4)), tf.constant([0, 3]))
                 print(round(float(tf.reduce_sum(value)), 4))
                 """)], env=env, capture_output=True, text=True, timeout=300)

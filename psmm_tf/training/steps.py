@@ -37,8 +37,9 @@ class TrainStep(WindowStepSettings):
         settings, named_settings: `psmm_tf.gradients.WindowStepSettings`'s arguments after
             `model` (global_batch_size, context_length, use_memory, clip norms, ...).
         jit_compile: bool. XLA-compile the forward and backward pass.
-        native: optional "auto", "on" or "off": psmm_tf's native CPU kernels in the step
-            (`psmm_tf.native`; `TrainConfig.native`). None: `psmm_tf.native.settings().mode`.
+
+    psmm_tf's native CPU kernels run in the step as the one switch says when it traces
+    (`psmm_tf.native.configure`; a psmm-train run sets it from `TrainConfig.native`).
 
     Call arguments:
         batch: dict of global tensors from `training_windows`: `token_ids`, `token_mask`
@@ -72,12 +73,9 @@ class TrainStep(WindowStepSettings):
     ```
     """
 
-    def __init__(self, model, optimizer, strategy, *settings, jit_compile=False, native=None,
+    def __init__(self, model, optimizer, strategy, *settings, jit_compile=False,
                  **named_settings):
         super().__init__(model, *settings, **named_settings)
-        if native is not None:
-            native_kernels.check_mode(native)
-        self.native = native
         self.jit_compile = bool(jit_compile)
         self.optimizer = optimizer
         self.strategy = strategy
@@ -109,7 +107,7 @@ class TrainStep(WindowStepSettings):
         share = tf.constant(pointer_share, tf.float32)  # a tensor: no retracing per value
         # The native kernels where they build and run (psmm_tf.native): this graph is never
         # exported. The forward and backward pass says whether it is XLA-compiled (_gradients).
-        with native_kernels.enabled(self.native):
+        with native_kernels.enabled():
             return self._step(batch, state, memory, share)
 
     def _distributed_step(self, batch, state, memory, pointer_share):
@@ -151,7 +149,7 @@ class TrainStep(WindowStepSettings):
         return self.plain_sgd and not tf.distribute.has_strategy()
 
     def _gradients(self, local, state, memory, normalizer, pointer_share=None):
-        with native_kernels.enabled(self.native, jit_compile=self.jit_compile):
+        with native_kernels.enabled(jit_compile=self.jit_compile):
             with tf.GradientTape() as tape:
                 outputs = self.model(local["token_ids"],
                                      **self.call_arguments(local, state, memory))

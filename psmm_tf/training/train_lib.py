@@ -70,7 +70,7 @@ class _Run:
             use_memory=train.pointer_memory == "cache", clip_norm=train.clip_norm,
             jit_compile=self.jit_compile, pointer_clip_norm=train.pointer_clip_norm,
             pointer_weight=train.pointer_loss_weight,
-            char_cnn_clip_norm=train.char_cnn_clip_norm, native=train.native)
+            char_cnn_clip_norm=train.char_cnn_clip_norm)
         self.progress = checkpointing.Progress()
         self.epoch_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False,
                                          name="epoch_seconds")
@@ -301,15 +301,20 @@ def run(config, workdir, strategy=None, verbose=1, finish=True, restart=False):
         checkpointing.CheckpointRestoreError: no checkpoint of the workdir can be read.
     """
     workdir = Path(workdir)
-    if config.train.native == "on":  # refused before anything is written
-        try:
-            native.check("on", run_setup.resolve_jit_compile(config.train.jit_compile))
-        except native.NativeKernelsUnavailable as err:
-            raise run_setup.RunRefusedError(str(err)) from None
-    strategy = strategy or tf.distribute.get_strategy()
-    chief = distribution.is_chief(strategy)
-    results = drive(lambda: _Run.start(config, workdir, strategy, verbose, restart), workdir,
-                    chief=chief, finish=finish)
+    # The run's native-kernel mode is the process's one switch while it trains.
+    previous = native.configure(mode=config.train.native)
+    try:
+        if config.train.native == "on":  # refused before anything is written
+            try:
+                native.check(jit_compile=run_setup.resolve_jit_compile(config.train.jit_compile))
+            except native.NativeKernelsUnavailable as err:
+                raise run_setup.RunRefusedError(str(err)) from None
+        strategy = strategy or tf.distribute.get_strategy()
+        chief = distribution.is_chief(strategy)
+        results = drive(lambda: _Run.start(config, workdir, strategy, verbose, restart),
+                        workdir, chief=chief, finish=finish)
+    finally:
+        native.configure(mode=previous.mode)
     if not chief:
         shutil.rmtree(run_files.worker_dir(workdir, distribution.worker_name(strategy)),
                       ignore_errors=True)
