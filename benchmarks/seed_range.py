@@ -2,11 +2,14 @@ r"""PSMM and its LSTM over seeds: each seed's comparison run and the range over 
 
 Reads comparison folders (each holding `psmm/` and `lstm/`, e.g. `psmm-train --compare_baseline
 --workdir=DIR --seed=S`, or its two halves run at once) and prints one markdown row per seed: the
-best validation perplexity of each model (PSMM's with its gate as trained and as calibrated),
-their test perplexities (PSMM's with the calibrated gate of its model.keras), PSMM / LSTM on test,
-epochs and training hours. A run still training shows its best validation so far and its epochs
-so far. Where two or more seeds have both runs finished, the last rows give each column's range
-(min-max) and mean over them. It trains and evaluates nothing.
+best validation perplexity of each model (PSMM's with its gate as trained and as calibrated), their
+test perplexities (PSMM's with its gate as trained, the paper's model, and with the calibrated gate
+of its model.keras), PSMM / LSTM on test, epochs and training hours. PSMM's trained-gate test
+perplexity is results.json's `trained_gate_test_perplexity`, or where a run's results.json lacks it
+the report of `psmm-evaluate --workdir=DIR/psmm --trained_gate --split=test
+--output_dir=DIR/trained_gate_psmm`. A run still training shows its best validation so far and its
+epochs so far. Where two or more seeds have both runs finished, the last rows give each column's
+range (min-max) and mean over them. It trains and evaluates nothing.
 
 Usage:
   python benchmarks/seed_range.py --runs=/runs/ptb_medium,/runs/ptb_medium_seed1
@@ -28,16 +31,21 @@ MODELS = ("psmm", "lstm")
 COLUMNS = (
     ("PSMM valid (trained gate)", lambda s: s["psmm"]["best_valid"]),
     ("PSMM valid (calibrated)", lambda s: s["psmm"].get("calibrated_valid")),
+    ("PSMM test (trained gate)", lambda s: s["psmm"].get("trained_gate_test")),
     ("PSMM test (calibrated)", lambda s: s["psmm"].get("test")),
     ("LSTM valid", lambda s: s["lstm"]["best_valid"]),
     ("LSTM test", lambda s: s["lstm"].get("test")),
+    ("PSMM (trained gate) / LSTM test",
+     lambda s: (s["psmm"]["trained_gate_test"] / s["lstm"]["test"]
+                if "trained_gate_test" in s["psmm"] and "test" in s["lstm"] else None)),
     ("PSMM (calibrated) / LSTM test", lambda s: (s["psmm"]["test"] / s["lstm"]["test"]
                                     if "test" in s["psmm"] and "test" in s["lstm"] else None)),
 )
 
 
 def run_summary(run_dir):
-    """{seed, epochs, best_valid, hours, finished[, calibrated_valid, test]} of one run folder."""
+    """{seed, epochs, best_valid, hours, finished[, calibrated_valid, test, trained_gate_test]}
+    of one run folder."""
     config = run_files.load_config(run_dir)
     history = run_files.read_history(run_dir)
     if not history:
@@ -54,7 +62,25 @@ def run_summary(run_dir):
                        hours=results["train_seconds"] / 3600)
         if "calibrated_valid_perplexity" in results:
             summary["calibrated_valid"] = results["calibrated_valid_perplexity"]
+        trained_gate = _trained_gate_test(run_dir, results)
+        if trained_gate is not None:
+            summary["trained_gate_test"] = trained_gate
     return summary
+
+
+def _trained_gate_test(run_dir, results):
+    """PSMM's test perplexity with its gate as trained (see the module docstring), or None."""
+    if "trained_gate_test_perplexity" in results:
+        return results["trained_gate_test_perplexity"]
+    report = Path(run_dir).parent / "trained_gate_psmm" / "metrics.json"
+    if Path(run_dir).name != "psmm" or not report.is_file():
+        return None
+    metrics = json.loads(report.read_text())
+    if metrics.get("split") != "test" or metrics.get("gate_calibration") is not None:
+        raise ValueError(f"{report} is not PSMM's test report with its gate as trained (split "
+                         f"{metrics.get('split')!r}, gate_calibration "
+                         f"{metrics.get('gate_calibration')!r}).")
+    return metrics["perplexity"]
 
 
 def seed_summary(comparison_dir):

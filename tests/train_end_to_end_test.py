@@ -56,6 +56,12 @@ class SyntheticRunTest(tf.test.TestCase):
         self.assertAllClose(valid.perplexity, results["calibrated_valid_perplexity"], rtol=1e-4)
         self.assertLessEqual(fit["log_ppl_after"], fit["log_ppl_before"])
         self.assertAllClose(fit["log_ppl_before"], results["pointer"]["model_log_ppl"])
+        # The test split also with the gate as trained (the paper's model).
+        best.set_gate_calibration(None)
+        test = Evaluator(best, length=11).evaluate(corpus.ids["test"][:300])
+        self.assertAllClose(test.perplexity, results["trained_gate_test_perplexity"], rtol=1e-4)
+        self.assertNotAllClose(results["trained_gate_test_perplexity"],
+                               results["test_perplexity"], rtol=1e-3)
 
         # The dropout / zoneout generator states are in the checkpoint under `model`, with their
         # trained values; no other key holds weights.

@@ -240,6 +240,16 @@ class _Run:
             test = evaluator.evaluate(self.corpus.ids["test"], max_tokens=max_tokens,
                                       spelling=self.spelling("test"))
             results.update(test_perplexity=test.perplexity, test_mean_gate=test.mean_gate)
+            calibration = (best.pointer.gate_calibration
+                           if pointer_diagnostics.has_sentinel_pointer(best) else None)
+            if calibration is not None:  # the paper's model too: the gate as trained
+                best.set_gate_calibration(None)  # a new evaluator: the first traced the gate
+                trained_gate = Evaluator(best, self.config.train.eval_batch_size,
+                                         self.config.train.eval_length,
+                                         jit_compile=self.jit_compile)
+                results["trained_gate_test_perplexity"] = trained_gate.evaluate(
+                    self.corpus.ids["test"], max_tokens=max_tokens,
+                    spelling=self.spelling("test")).perplexity
         run_files.write_json_atomic(self.workdir / run_files.RESULTS_FILE, results)
         return results
 
@@ -288,7 +298,8 @@ def run(config, workdir, strategy=None, verbose=1, finish=True, restart=False):
 
     Returns:
         dict, also written to `workdir/results.json` ({} on non-chief workers):
-        `best_valid_perplexity`, `test_perplexity` (with a test split), `epochs`, `global_step`,
+        `best_valid_perplexity`, `test_perplexity` (with a test split; for a calibrated gate
+        also `trained_gate_test_perplexity`, the gate as trained), `epochs`, `global_step`,
         `train_seconds`; for a sentinel pointer `pointer`, its diagnostics on the validation
         split (of the trained gate), and with `TrainConfig.calibrate_gate` `gate_calibration`
         (its fit there) and `calibrated_valid_perplexity` (the test perplexity is then the
