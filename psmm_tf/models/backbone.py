@@ -76,6 +76,7 @@ class LSTMBackbone(keras_hub.models.Backbone):
     def __init__(self, vocab_size, embedding_dim, hidden_dim, num_layers, input_dropout=0.0,
                  hidden_dropout=0.0, zoneout=0.0, seed=None, init_scale=None,
                  input_embedding="ids", max_word_length=24, **kwargs):
+        check_subclassed(type(self))
         super().__init__(**kwargs)
         if init_scale is not None and not 0.0 < init_scale < float("inf"):
             raise ValueError(f"init_scale must be a finite number > 0 or None, got "
@@ -315,3 +316,24 @@ def preset_dtype(preset, dtype=None, load_weights=True):
         dtype = keras.dtype_policies.get(dtype).name
     config = preset_utils.set_dtype_in_config({"config": {"dtype": saved}}, dtype)
     return config["config"]["dtype"]
+
+
+def check_subclassed(cls):
+    """Raises RuntimeError when Keras has turned the keras-hub base classes of `cls` (one of
+    psmm_tf's subclassed models) into functional ones in this process.
+
+    Building a functional keras-hub model (e.g. `GPT2Backbone`, `GPT2CausalLM`) makes Keras put
+    `Functional` under keras-hub's `Backbone` (and `Task`) for the whole process
+    (keras-team/keras#17270); a subclassed model below them can then be neither built nor
+    called (Keras' functional methods replace its own).
+    """
+    functional = [base.__name__ for base in cls.__mro__ if base.__name__ == "Functional"
+                  and base.__module__.startswith("keras.")]
+    if functional:
+        raise RuntimeError(
+            f"{cls.__name__} cannot be built or run in this Python process: a functional "
+            f"keras-hub model (e.g. GPT2Backbone) was built in it, and Keras then makes "
+            f"keras-hub's Backbone and Task classes functional for the whole process "
+            f"(keras-team/keras#17270), which psmm_tf's subclassed models are not. Use "
+            f"psmm_tf's models in a process that builds no functional keras-hub model.")
+

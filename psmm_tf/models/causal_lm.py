@@ -37,7 +37,7 @@ from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
 from psmm_tf.models.accuracy import SparseCategoricalAccuracy
-from psmm_tf.models.backbone import LSTMBackbone, preset_dtype
+from psmm_tf.models.backbone import LSTMBackbone, check_subclassed, preset_dtype
 from psmm_tf.models.tokenizer import vocabulary_in_assets
 
 # A preset folder is keras-hub's layout (`save_to_preset`), its names keras-hub's; a psmm-train
@@ -122,7 +122,14 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 "PointerSentinelLM, LSTMLanguageModel or PointerSoftmaxLM. A preset without "
                 "task.json (a backbone's) loads with the task's class, e.g. "
                 "PointerSentinelLM.from_preset(path, window_size=100).")
+        check_subclassed(type(self))
         super().__init__(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        check_subclassed(type(self))  # else Keras' functional methods fail on it, unnamed
+        if self.backbone is not None:
+            check_subclassed(type(self.backbone))
+        return super().__call__(*args, **kwargs)
 
     @property
     def sampler(self):

@@ -7,6 +7,9 @@ docs/hostile_inputs.md, "The Python and keras-hub API", lists them.
 
 import hashlib
 import os
+import subprocess
+import sys
+import textwrap
 
 import keras
 import numpy as np
@@ -99,6 +102,39 @@ class DiskFullTest(testing.TestCase):
                          r"^27 /\S+ out of disk space \(File too large\) unpacking "
                          rf"{path} to read it: free space in the temporary folder")
         self.assertIsInstance(read_model_file(path), PointerSentinelLM)  # the file is sound
+
+
+class FunctionalKerasHubTest(testing.TestCase):
+
+    def test_after_a_functional_keras_hub_model_psmm_models_say_why_they_cannot_run(self):
+        # Row 285: building GPT2's functional backbone makes Keras put `Functional` under
+        # keras-hub's Backbone for the whole process (keras-team/keras#17270); psmm_tf's models,
+        # built before or after, stop with one message instead of Keras' TypeError and
+        # AttributeError. A child process: the change cannot be undone in this one.
+        script = textwrap.dedent("""
+            import keras_hub, numpy as np
+            from psmm_tf import testing
+            model = testing.tiny_task()
+            ids = np.array([[2, 3, 4]])
+            model(ids, memory=model.empty_memory(1))
+            keras_hub.models.GPT2Backbone(vocabulary_size=30, num_layers=1, num_heads=2,
+                                          hidden_dim=8, intermediate_dim=16,
+                                          max_sequence_length=16)
+            for name, run in (("call", lambda: model(ids, memory=model.empty_memory(1))),
+                              ("generate", lambda: model.generate("w1 w2", max_length=6)),
+                              ("build", testing.tiny_task)):
+                try:
+                    run()
+                    print(name, "ran")
+                except RuntimeError as err:
+                    print(name, "refused:", "keras-team/keras#17270" in str(err))
+            """)
+        done = subprocess.run([sys.executable, "-c", script], env=testing.child_env(),
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        self.assertEqual(done.stdout.split("\n")[:3], ["call refused: True",
+                                                        "generate refused: True",
+                                                        "build refused: True"])
 
 
 class FitTest(testing.TestCase):
