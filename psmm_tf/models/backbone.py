@@ -288,13 +288,16 @@ def _keras_hub_inputs(inputs, token_mask):
 
 
 def preset_dtype(preset, dtype=None, load_weights=True):
-    """The dtype to give keras-hub's backbone loader for `preset`: `dtype` (None: keras-hub's
-    rule, the global policy for a float preset), except for a quantized preset, whose saved
-    `DTypePolicyMap` (the quantized layers' policies) is kept with `dtype` as its default.
+    """The dtype to give keras-hub's loaders for `preset`: `dtype` (None: keras-hub's rule, the
+    global policy for a float preset), except for a quantized preset, whose saved
+    `DTypePolicyMap` (the quantized layers' policies) is kept with `dtype` as its default, and a
+    preset saved under a mixed policy, which without `dtype` loads under the global policy as a
+    float preset does.
 
-    keras-hub's `Backbone.from_preset` replaces a saved map by the `dtype` it was given (None
-    unless asked), so a quantized backbone's weights would not load into float layers; its
-    task loader keeps the map. Returns `dtype`, or the serialized map.
+    keras-hub 0.32's `Backbone.from_preset` replaces a saved map by the `dtype` it was given
+    (None unless asked), so a quantized backbone's weights would not load into float layers; and
+    its rule for an unasked dtype reads a mixed policy's name (`mixed_bfloat16`) as a dtype and
+    fails. Returns `dtype`, a policy name, or the serialized map.
 
     Raises:
         ValueError: the preset is quantized and `load_weights` is False (new quantized weights
@@ -304,6 +307,9 @@ def preset_dtype(preset, dtype=None, load_weights=True):
         return dtype  # keras-hub's loader names what is missing
     saved = preset_utils.load_json(preset, preset_utils.CONFIG_FILE).get("config", {}).get("dtype")
     if not (isinstance(saved, dict) and saved.get("class_name") == "DTypePolicyMap"):
+        name = saved.get("config", {}).get("name") if isinstance(saved, dict) else None
+        if dtype is None and isinstance(name, str) and name.startswith("mixed_"):
+            return keras.config.dtype_policy().name
         return dtype
     if not load_weights:
         layers = sorted(path.split("/")[-1]

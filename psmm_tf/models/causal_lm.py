@@ -533,6 +533,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 # A backbone's preset (keras-hub's layout without task.json): a new head on it.
                 return _task_on_backbone_preset(cls, path, load_weights, **kwargs)
             # keras-hub's loader, asked for the common base: it builds task.json's class.
+            kwargs["dtype"] = preset_dtype(path, kwargs.get("dtype"), load_weights)
             model = super(RecurrentCausalLM, RecurrentCausalLM).from_preset(
                 preset, load_weights=load_weights, **kwargs)
         else:

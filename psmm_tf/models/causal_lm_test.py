@@ -520,6 +520,27 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"has no config\.json"):
             LSTMBackbone.from_preset(self.get_temp_dir())
 
+    def test_a_preset_saved_under_a_mixed_policy_loads(self):
+        # keras-hub 0.32's rule for an unasked dtype reads "mixed_bfloat16" as a dtype and
+        # fails; psmm_tf's loaders load it under the global policy (as a float preset), or under
+        # the dtype asked for.
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy("mixed_bfloat16")
+        try:
+            model = _trained_looking(_task(), self.rng)
+        finally:
+            keras.config.set_dtype_policy(previous)
+        preset = os.path.join(self.get_temp_dir(), "mixed_preset")
+        model.save_to_preset(preset)
+        texts = ["w1 w2 w3 w4"]
+        for loaded, compute in ((PointerSentinelLM.from_preset(preset), "float32"),
+                                (PointerSentinelLM.from_preset(preset, dtype="mixed_bfloat16"),
+                                 "bfloat16")):
+            self.assertEqual(loaded.backbone.lstm_0.compute_dtype, compute)
+            self.assertAllClose(loaded.score_text(texts)["log_probs"],
+                                model.score_text(texts)["log_probs"], atol=0.05)
+        self.assertEqual(LSTMBackbone.from_preset(preset).dtype_policy.name, "float32")
+
     def test_a_presets_gate_calibration_comes_with_its_weights_only(self):
         # keras-hub's own loader reads the head's weights only with load_weights=True; the
         # calibration, fitted to those weights, is kept beside them, not in task.json.
