@@ -125,6 +125,18 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         check_subclassed(type(self))
         super().__init__(*args, **kwargs)
 
+    def __setattr__(self, name, value):
+        tracker = self.__dict__.get("_tracker")
+        if name != "preprocessor" or tracker is None or not tracker.locked:
+            return super().__setattr__(name, value)
+        # A new preprocessor on a built task, as keras-hub's tasks take one: it holds no
+        # weights of the model, which stays locked against other new state.
+        tracker.unlock()
+        try:
+            return super().__setattr__(name, value)
+        finally:
+            self._lock_state()
+
     def __call__(self, *args, **kwargs):
         check_subclassed(type(self))  # else Keras' functional methods fail on it, unnamed
         if self.backbone is not None:

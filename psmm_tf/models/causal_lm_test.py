@@ -520,6 +520,23 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"has no config\.json"):
             LSTMBackbone.from_preset(self.get_temp_dir())
 
+    def test_a_built_task_takes_a_new_preprocessor_and_no_other_new_state(self):
+        # keras-hub's tasks take `task.preprocessor = ...` at any time; a built subclassed
+        # model is locked against new state, which the preprocessor (no weights) is not.
+        model = _task()
+        count = len(model.weights)
+        model.preprocessor = LanguageModelPreprocessor(model.preprocessor.tokenizer,
+                                                       sequence_length=5)
+        self.assertLen(model.weights, count)
+        self.assertEqual(model.preprocessor.sequence_length, 5)
+        self.assertEqual(model.preprocessor(["w1 w2 w3 w4 w5 w6 w7"])[0]["token_ids"].shape,
+                         (1, 5))
+        path = os.path.join(self.get_temp_dir(), "new_preprocessor.keras")
+        model.save(path)
+        self.assertEqual(keras.saving.load_model(path).preprocessor.sequence_length, 5)
+        with self.assertRaisesRegex(ValueError, "cannot add new elements of state"):
+            model.extra = keras.layers.Dense(3)
+
     def test_a_preset_saved_under_a_mixed_policy_loads(self):
         # keras-hub 0.32's rule for an unasked dtype reads "mixed_bfloat16" as a dtype and
         # fails; psmm_tf's loaders load it under the global policy (as a float preset), or under
