@@ -486,29 +486,36 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                **kwargs):
         """Keras' `export`; a SavedModel's `serve` endpoint returns what `predict` does.
 
-        With `format="tf_saved_model"` and no `input_signature`, `serve` takes keras-hub's
-        inputs, `{"token_ids": int32, "padding_mask": bool}` `(batch_size, T)` (the
-        preprocessor's), read from the zero state with an empty memory, and returns the
-        mixture's log-probabilities `(batch_size, T, V)`, pointer included (`predict`'s), not
-        the call's dict. On JAX the SavedModel is written through jax2tf (TensorFlow needed).
-        Other formats and signatures are Keras'. psmm-export writes the serving SavedModel
-        (texts, carried state, open vocabulary).
+        With `format="tf_saved_model"`, `serve` reads its input from the zero state with an
+        empty memory and returns the mixture's log-probabilities `(batch_size, T, V)`, pointer
+        included (`predict`'s), not the call's dict; without `input_signature` it takes
+        keras-hub's inputs, `{"token_ids": int32, "padding_mask": bool}` `(batch_size, T)` (the
+        preprocessor's), with one it takes that one input (such a dict, or the token ids). On
+        JAX the SavedModel is written through jax2tf (TensorFlow needed). Other formats are
+        Keras'. psmm-export writes the serving SavedModel (texts, carried state, open
+        vocabulary).
         """
-        if format != "tf_saved_model" or input_signature is not None:
+        if format != "tf_saved_model":
             return super().export(filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)
         archive = keras.export.ExportArchive()
         archive.track(self)
-        signature = {"token_ids": keras.InputSpec(shape=(None, None), dtype="int32"),
-                     "padding_mask": keras.InputSpec(shape=(None, None), dtype="bool")}
-        if keras.config.backend() == "jax":  # one symbolic T for both inputs (jax2tf)
-            kwargs.setdefault("is_static", True)
-            kwargs["jax2tf_kwargs"] = dict(kwargs.get("jax2tf_kwargs") or {})
-            kwargs["jax2tf_kwargs"].setdefault(
-                "polymorphic_shapes", [{name: "(batch, t)" for name in signature}])
+        if input_signature is None:
+            signature = {"token_ids": keras.InputSpec(shape=(None, None), dtype="int32"),
+                         "padding_mask": keras.InputSpec(shape=(None, None), dtype="bool")}
+            input_signature = [signature]
+            if keras.config.backend() == "jax":  # one symbolic T for both inputs (jax2tf)
+                kwargs.setdefault("is_static", True)
+                kwargs["jax2tf_kwargs"] = dict(kwargs.get("jax2tf_kwargs") or {})
+                kwargs["jax2tf_kwargs"].setdefault(
+                    "polymorphic_shapes", [{name: "(batch, t)" for name in signature}])
+        if len(input_signature) != 1:
+            raise ValueError(f"export(input_signature=...) takes one input (keras-hub's dict of "
+                             f"token_ids and padding_mask, or the token ids), got "
+                             f"{len(input_signature)}.")
         archive.add_endpoint(
             "serve", lambda inputs: self.log_distribution(self(inputs, training=False)),
-            input_signature=[signature], **kwargs)
+            input_signature=list(input_signature), **kwargs)
         archive.write_out(filepath, verbose=True if verbose is None else verbose)
 
     # --- presets ---------------------------------------------------------------------------

@@ -684,6 +684,17 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(served.shape, (2, 12, len(WORDS)))
         self.assertAllClose(served, predicted, atol=1e-5)
         self.assertAllClose(np.exp(served).sum(-1), np.ones((2, 12)), atol=1e-5)
+        # A signature of one's own: the same endpoint (Keras' would return the call's dict,
+        # whose state no signature can hold).
+        path = os.path.join(self.get_temp_dir(), "saved_model_ids")
+        model.export(path, verbose=False,
+                     input_signature=[keras.InputSpec(shape=(None, 12), dtype="int32")])
+        reloaded = tf.saved_model.load(path)
+        served = reloaded.serve(tf.constant(ops.convert_to_numpy(inputs["token_ids"]), tf.int32))
+        self.assertAllClose(served, model.predict(inputs["token_ids"], verbose=0), atol=1e-5)
+        with self.assertRaisesRegex(ValueError, r"takes one input .* got 2"):
+            model.export(path + "_2",
+                         input_signature=[keras.InputSpec(shape=(None, 12), dtype="int32")] * 2)
 
     def test_from_config_keeps_the_vocabulary(self):
         model = _trained_looking(_task(), self.rng)
