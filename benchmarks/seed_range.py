@@ -76,10 +76,12 @@ def _trained_gate_test(run_dir, results):
     if Path(run_dir).name != "psmm" or not report.is_file():
         return None
     metrics = json.loads(report.read_text())
-    if metrics.get("split") != "test" or metrics.get("gate_calibration") is not None:
-        raise ValueError(f"{report} is not PSMM's test report with its gate as trained (split "
-                         f"{metrics.get('split')!r}, gate_calibration "
-                         f"{metrics.get('gate_calibration')!r}).")
+    if (metrics.get("split"), metrics.get("gate_calibration"), metrics.get("model_source")) != (
+            "test", None, "best"):
+        raise ValueError(f"{report} is not PSMM's test report of its best model with its gate "
+                         f"as trained (split {metrics.get('split')!r}, gate_calibration "
+                         f"{metrics.get('gate_calibration')!r}, model_source "
+                         f"{metrics.get('model_source')!r}).")
     return metrics["perplexity"]
 
 

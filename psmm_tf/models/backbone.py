@@ -246,6 +246,10 @@ class LSTMBackbone(keras_hub.models.Backbone):
             final_state.append(layer_state)
         return x, tuple(final_state)
 
+    def __call__(self, *args, **kwargs):
+        check_subclassed(type(self))  # else Keras' functional methods fail on it, unnamed
+        return super().__call__(*args, **kwargs)
+
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
         """keras-hub's `Backbone.from_preset`, a quantized preset's layers quantized as saved

@@ -127,15 +127,23 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
 
     def __setattr__(self, name, value):
         tracker = self.__dict__.get("_tracker")
-        if name != "preprocessor" or tracker is None or not tracker.locked:
+        if name != "preprocessor" or tracker is None:
             return super().__setattr__(name, value)
-        # A new preprocessor on a built task, as keras-hub's tasks take one: it holds no
-        # weights of the model, which stays locked against other new state.
+        # A new preprocessor at any time, as keras-hub's tasks take one (the old one no
+        # longer among the task's layers); a built task stays locked against other new state.
+        if getattr(value, "weights", None):
+            raise ValueError(f"A task's preprocessor holds no weights; {type(value).__name__} "
+                             f"has {len(value.weights)}.")
+        old = self.__dict__.get("preprocessor")
+        if old is not None and old is not value:
+            tracker.untrack(old)
+        locked = tracker.locked
         tracker.unlock()
         try:
             return super().__setattr__(name, value)
         finally:
-            self._lock_state()
+            if locked:
+                self._lock_state()
 
     def __call__(self, *args, **kwargs):
         check_subclassed(type(self))  # else Keras' functional methods fail on it, unnamed
@@ -501,18 +509,21 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         archive = keras.export.ExportArchive()
         archive.track(self)
         if input_signature is None:
-            signature = {"token_ids": keras.InputSpec(shape=(None, None), dtype="int32"),
-                         "padding_mask": keras.InputSpec(shape=(None, None), dtype="bool")}
-            input_signature = [signature]
-            if keras.config.backend() == "jax":  # one symbolic T for both inputs (jax2tf)
-                kwargs.setdefault("is_static", True)
-                kwargs["jax2tf_kwargs"] = dict(kwargs.get("jax2tf_kwargs") or {})
-                kwargs["jax2tf_kwargs"].setdefault(
-                    "polymorphic_shapes", [{name: "(batch, t)" for name in signature}])
+            input_signature = [
+                {"token_ids": keras.InputSpec(shape=(None, None), dtype="int32"),
+                 "padding_mask": keras.InputSpec(shape=(None, None), dtype="bool")}]
+        elif not isinstance(input_signature, (list, tuple)):
+            input_signature = [input_signature]
         if len(input_signature) != 1:
             raise ValueError(f"export(input_signature=...) takes one input (keras-hub's dict of "
                              f"token_ids and padding_mask, or the token ids), got "
                              f"{len(input_signature)}.")
+        if keras.config.backend() == "jax":  # one symbolic batch and T for every input (jax2tf)
+            kwargs.setdefault("is_static", True)
+            kwargs["jax2tf_kwargs"] = dict(kwargs.get("jax2tf_kwargs") or {})
+            kwargs["jax2tf_kwargs"].setdefault(
+                "polymorphic_shapes", [keras.tree.map_structure(
+                    _polymorphic_shape, input_signature[0])])
         archive.add_endpoint(
             "serve", lambda inputs: self.log_distribution(self(inputs, training=False)),
             input_signature=list(input_signature), **kwargs)
@@ -617,6 +628,15 @@ def drop_stale_compiled_functions(model):
 def note_traced_weights(model):
     """Records how many weights `model`'s compiled functions were traced with."""
     model.__dict__["_traced_weight_count"] = len(model.weights)
+
+
+def _polymorphic_shape(spec):
+    """jax2tf's shape of an export input: its batch and T dimensions symbolic (shared by every
+    input of the endpoint) where the `InputSpec` leaves them None."""
+    names = ("batch", "t")
+    dims = [str(size) if size is not None else names[i] if i < 2 else f"d{i}"
+            for i, size in enumerate(spec.shape)]
+    return "(" + ", ".join(dims) + ")"
 
 
 def _holds_keras_hub_config(path):

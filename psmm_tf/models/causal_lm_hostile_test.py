@@ -109,8 +109,8 @@ class FunctionalKerasHubTest(testing.TestCase):
     def test_after_a_functional_keras_hub_model_psmm_models_say_why_they_cannot_run(self):
         # Row 285: building GPT2's functional backbone makes Keras put `Functional` under
         # keras-hub's Backbone for the whole process (keras-team/keras#17270); psmm_tf's models,
-        # built before or after, stop with one message instead of Keras' TypeError and
-        # AttributeError. A child process: the change cannot be undone in this one.
+        # built before or after, stop with one message when built or called, instead of Keras'
+        # TypeError and AttributeError. A child process: the change cannot be undone in this one.
         script = textwrap.dedent("""
             import keras_hub, numpy as np
             from psmm_tf import testing
@@ -121,6 +121,7 @@ class FunctionalKerasHubTest(testing.TestCase):
                                           hidden_dim=8, intermediate_dim=16,
                                           max_sequence_length=16)
             for name, run in (("call", lambda: model(ids, memory=model.empty_memory(1))),
+                              ("backbone", lambda: model.backbone(ids)),
                               ("generate", lambda: model.generate("w1 w2", max_length=6)),
                               ("build", testing.tiny_task)):
                 try:
@@ -132,7 +133,8 @@ class FunctionalKerasHubTest(testing.TestCase):
         done = subprocess.run([sys.executable, "-c", script], env=testing.child_env(),
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(done.returncode, 0, done.stderr[-2000:])
-        self.assertEqual(done.stdout.split("\n")[:3], ["call refused: True",
+        self.assertEqual(done.stdout.split("\n")[:4], ["call refused: True",
+                                                        "backbone refused: True",
                                                         "generate refused: True",
                                                         "build refused: True"])
 

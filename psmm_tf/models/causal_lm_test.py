@@ -524,11 +524,12 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         # keras-hub's tasks take `task.preprocessor = ...` at any time; a built subclassed
         # model is locked against new state, which the preprocessor (no weights) is not.
         model = _task()
-        count = len(model.weights)
+        count, old = len(model.weights), model.preprocessor
         model.preprocessor = LanguageModelPreprocessor(model.preprocessor.tokenizer,
                                                        sequence_length=5)
         self.assertLen(model.weights, count)
         self.assertEqual(model.preprocessor.sequence_length, 5)
+        self.assertNotIn(old, model._flatten_layers())
         self.assertEqual(model.preprocessor(["w1 w2 w3 w4 w5 w6 w7"])[0]["token_ids"].shape,
                          (1, 5))
         path = os.path.join(self.get_temp_dir(), "new_preprocessor.keras")
@@ -536,6 +537,10 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(keras.saving.load_model(path).preprocessor.sequence_length, 5)
         with self.assertRaisesRegex(ValueError, "cannot add new elements of state"):
             model.extra = keras.layers.Dense(3)
+        dense = keras.layers.Dense(3)
+        dense.build((None, 4))
+        with self.assertRaisesRegex(ValueError, "preprocessor holds no weights; Dense has 2"):
+            model.preprocessor = dense
 
     def test_a_preset_saved_under_a_mixed_policy_loads(self):
         # keras-hub 0.32's rule for an unasked dtype reads "mixed_bfloat16" as a dtype and
@@ -692,6 +697,14 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         reloaded = tf.saved_model.load(path)
         served = reloaded.serve(tf.constant(ops.convert_to_numpy(inputs["token_ids"]), tf.int32))
         self.assertAllClose(served, model.predict(inputs["token_ids"], verbose=0), atol=1e-5)
+        path = os.path.join(self.get_temp_dir(), "saved_model_dict")
+        model.export(path, verbose=False, input_signature={
+            name: keras.InputSpec(shape=(None, None), dtype=dtype)
+            for name, dtype in (("token_ids", "int32"), ("padding_mask", "bool"))})
+        reloaded = tf.saved_model.load(path)
+        served = reloaded.serve(
+            {name: tf.constant(ops.convert_to_numpy(value)) for name, value in inputs.items()})
+        self.assertAllClose(served, predicted, atol=1e-5)
         with self.assertRaisesRegex(ValueError, r"takes one input .* got 2"):
             model.export(path + "_2",
                          input_signature=[keras.InputSpec(shape=(None, 12), dtype="int32")] * 2)

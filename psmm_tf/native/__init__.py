@@ -97,7 +97,7 @@ def configure(mode=None, cache_dir=None, compiler=None):
     """Sets the process's native-kernel settings; None leaves a setting as it is.
 
     Args:
-        mode: "auto", "on" or "off" (the default of a step that names none).
+        mode: "auto", "on" or "off": the one switch the training steps read when they trace.
         cache_dir: str, the build folder (default "~/.cache/psmm_tf"; `~` is expanded).
         compiler: str, the C++ compiler command (default "g++").
 

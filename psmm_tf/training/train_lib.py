@@ -312,7 +312,8 @@ def run(config, workdir, strategy=None, verbose=1, finish=True, restart=False):
         checkpointing.CheckpointRestoreError: no checkpoint of the workdir can be read.
     """
     workdir = Path(workdir)
-    # The run's native-kernel mode is the process's one switch while it trains.
+    # The run's native-kernel mode is the process's one switch while it trains (one run at a
+    # time in a process: runs in threads of one process would share the switch).
     previous = native.configure(mode=config.train.native)
     try:
         if config.train.native == "on":  # refused before anything is written
