@@ -337,9 +337,8 @@ def check_subclassed(cls):
     (keras-team/keras#17270); a subclassed model below them can then be neither built nor
     called (Keras' functional methods replace its own).
     """
-    functional = [base.__name__ for base in cls.__mro__ if base.__name__ == "Functional"
-                  and base.__module__.startswith("keras.")]
-    if functional:
+    if any(base.__name__ == "Functional" and base.__module__.startswith("keras.")
+           for base in cls.__mro__):
         raise RuntimeError(
             f"{cls.__name__} cannot be built or run in this Python process: a functional "
             f"keras-hub model (e.g. GPT2Backbone) was built in it, and Keras then makes "
