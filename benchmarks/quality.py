@@ -140,8 +140,7 @@ def _tuning_and_report_texts(suite, corpus):
     """(text the cache is tuned on, text it is reported on) for a suite (see the docstring),
     each as `(ids, spelling)`: the spelling for a model with character inputs, else None."""
     def text(role, start=None, stop=None):
-        spelling = None if corpus.spellings is None else corpus.spellings[role][start:stop]
-        return corpus.ids[role][start:stop], spelling
+        return corpus.ids[role][start:stop], corpus.spelling(role, start, stop)
 
     if suite == "ptb":
         return text("valid"), text("test")

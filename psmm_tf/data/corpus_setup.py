@@ -41,6 +41,11 @@ class Corpus:
     data_dir: Path
     spellings: dict | None = None
 
+    def spelling(self, role, start=None, stop=None):
+        """The `Spelling` of `ids[role][start:stop]` for models with character inputs; None
+        where the corpus was loaded without spellings (models with word inputs)."""
+        return None if self.spellings is None else self.spellings[role][start:stop]
+
 
 def synthetic_directory(data_config, scratch_dir):
     """Where the synthetic corpus of `data_config` lives: `scratch_dir` (the run's own folder).

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from psmm_tf.data import Vocabulary
+from psmm_tf.data.corpus_setup import Corpus
 from psmm_tf.data.pipeline import evaluation_windows, training_windows
 from psmm_tf.data.spelling import spell_splits, word_characters
 
@@ -27,6 +28,16 @@ class SpellingTest(tf.test.TestCase):
         # The ids say <unk> where the spelling says the word.
         self.assertAllEqual(VOCABULARY.encode(VALID)[[1, 6]], [0, 0])
         self.assertLen(train[:5], 5)
+
+    def test_a_corpus_gives_the_spelling_of_a_slice_of_a_split_or_none(self):
+        ids = {"train": VOCABULARY.encode(TRAIN), "valid": VOCABULARY.encode(VALID)}
+        words = Corpus(VOCABULARY, ids, np.zeros(5, np.int64), "/tmp")
+        self.assertIsNone(words.spelling("valid", stop=3))
+        chars = Corpus(VOCABULARY, ids, np.zeros(5, np.int64), "/tmp",
+                       spell_splits({"train": TRAIN, "valid": VALID}, VOCABULARY, 8))
+        self.assertAllEqual(chars.spelling("valid").ids, [2, 7, 4, 1, 2, 5, 8, 1])
+        self.assertAllEqual(chars.spelling("valid", 1, 3).ids, [7, 4])
+        self.assertAllEqual(chars.spelling("valid", stop=2).ids, [2, 7])
 
     def test_training_windows_carry_each_tokens_characters(self):
         spelling = spell_splits({"train": TRAIN}, VOCABULARY, 8)["train"]

@@ -298,11 +298,9 @@ def cache_metrics(settings, split, *, workdir=None, run=None, data_dir=None, max
                              f"{sorted(run.corpus.ids)}).")
 
     def grid_search(on_split, thetas, lambdas):
-        ids = run.corpus.ids[on_split]
-        spelling = None if run.corpus.spellings is None else run.corpus.spellings[on_split]
-        if max_tokens:
-            ids = ids[:max_tokens]
-            spelling = None if spelling is None else spelling[:max_tokens]
+        stop = max_tokens or None
+        ids = run.corpus.ids[on_split][:stop]
+        spelling = run.corpus.spelling(on_split, stop=stop)
         windows = evaluation_windows(ids, batch_size=batch_size, length=length,
                                      spelling=spelling)
         return cache_grid_search(run.model, windows, thetas, lambdas, settings.window)

@@ -26,12 +26,6 @@ def model_label(model_config):
     return model_config.kind + suffix
 
 
-def _spelling(run, split, ids):
-    """The spelling of `ids` (the first tokens of `split`) for a model with character inputs."""
-    spellings = run.corpus.spellings
-    return None if spellings is None else spellings[split][:len(ids)]
-
-
 def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, data_dir=None,
                       max_tokens=None, batch_size=1, length=None, num_buckets=10,
                       bucket_by="types", positions=None, num_examples=8, cache=None,
@@ -87,6 +81,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         raise RunLoadError(f"split={split!r}: the corpus of {workdir} has no file for it (it "
                            f"has {sorted(run.corpus.ids)}).")
     ids = run.corpus.ids[split][:max_tokens] if max_tokens else run.corpus.ids[split]
+    spelling = run.corpus.spelling(split, stop=len(ids))
     has_pointer = model_class(run.config.model.kind).has_pointer
     if positions is not None:
         _check_positions(positions, has_pointer, run, workdir, split, len(ids))
@@ -97,9 +92,9 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
         evaluator = Evaluator(run.model, batch_size=batch_size, length=length)
         if has_pointer and positions is None:
             # A first pass finds where the pointer took the most mass, a second keeps attention.
-            first = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids))
+            first = evaluator.evaluate(ids, collect=True, spelling=spelling)
             positions = figures.choose_positions(first.gate, in_window, num_examples)
-        result = evaluator.evaluate(ids, collect=True, spelling=_spelling(run, split, ids),
+        result = evaluator.evaluate(ids, collect=True, spelling=spelling,
                                     attention_positions=(positions or ()) if has_pointer else ())
         bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
         metrics = {
@@ -124,7 +119,7 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             calibration = run.model.pointer.gate_calibration
             metrics["gate_calibration"] = None if calibration is None else list(calibration)
             metrics["pointer"] = pointer_diagnostics.pointer_diagnostics(
-                run.model, ids, length=length, spelling=_spelling(run, split, ids),
+                run.model, ids, length=length, spelling=spelling,
                 initial_weights=pointer_diagnostics.load_initial_pointer_weights(
                     Path(workdir) / run_files.INITIAL_POINTER_FILE))
         if cache is not None:
@@ -167,7 +162,7 @@ def _frequency_comparison(run, baseline, baseline_workdir, workdir, split, ids, 
         raise RunLoadError(f"baseline_workdir={baseline_workdir} has another vocabulary "
                            f"than {workdir}; the frequency comparison needs the same one.")
     other = Evaluator(baseline.model, batch_size=batch_size, length=length).evaluate(
-        ids, collect=True, spelling=_spelling(baseline, split, ids))
+        ids, collect=True, spelling=baseline.corpus.spelling(split, stop=len(ids)))
     rows = analysis.bucket_comparison(ids[1:], result.nll, other.nll, bucket_of,
                                       run.corpus.train_counts, num_buckets)
     names = (model_label(run.config.model), model_label(baseline.config.model))

@@ -167,7 +167,7 @@ class _Run:
         dataset = training_windows(self.corpus.ids["train"], train.batch_size,
                                    self.context_length, train.num_predicted,
                                    shuffle_offset_seed=train.seed * 1_000_003 + epoch,
-                                   spelling=self.spelling("train"))
+                                   spelling=self.corpus.spelling("train"))
         self.reporter.start_epoch(epoch, num_steps, step)
         for batch in dataset.take(num_steps).skip(step):
             step_lr = lr * warmup_factor(global_step, train.warmup_steps)
@@ -198,7 +198,7 @@ class _Run:
         epoch, _, global_step = self.progress.get()
         valid = self.evaluator.evaluate(self.corpus.ids["valid"],
                                         max_tokens=self.config.train.max_eval_tokens,
-                                        spelling=self.spelling("valid"))
+                                        spelling=self.corpus.spelling("valid"))
         lr = float(self.schedule.learning_rate.numpy())
         decision = self.schedule.update(valid.perplexity)
         if decision.improved and self.chief:
@@ -230,15 +230,14 @@ class _Run:
                                         for r in run_files.read_history(self.workdir))}
         max_tokens = self.config.train.max_eval_tokens
         if pointer_diagnostics.has_sentinel_pointer(best):
-            spelling = self.spelling("valid")
             results.update(self._pointer_results(
                 best, self.corpus.ids["valid"][:max_tokens],
-                None if spelling is None else spelling[:max_tokens]))
+                self.corpus.spelling("valid", stop=max_tokens)))
         if "test" in self.corpus.ids:
             evaluator = Evaluator(best, self.config.train.eval_batch_size,
                                   self.config.train.eval_length, jit_compile=self.jit_compile)
             test = evaluator.evaluate(self.corpus.ids["test"], max_tokens=max_tokens,
-                                      spelling=self.spelling("test"))
+                                      spelling=self.corpus.spelling("test"))
             results.update(test_perplexity=test.perplexity, test_mean_gate=test.mean_gate)
             calibration = (best.pointer.gate_calibration
                            if pointer_diagnostics.has_sentinel_pointer(best) else None)
@@ -249,13 +248,9 @@ class _Run:
                                          jit_compile=self.jit_compile)
                 results["trained_gate_test_perplexity"] = trained_gate.evaluate(
                     self.corpus.ids["test"], max_tokens=max_tokens,
-                    spelling=self.spelling("test")).perplexity
+                    spelling=self.corpus.spelling("test")).perplexity
         run_files.write_json_atomic(self.workdir / run_files.RESULTS_FILE, results)
         return results
-
-    def spelling(self, role):
-        """The `Spelling` of a split for a model with character inputs; None otherwise."""
-        return None if self.corpus.spellings is None else self.corpus.spellings[role]
 
     def _pointer_results(self, model, valid_ids, valid_spelling):
         """The trained pointer's diagnostics on the validation split and, with `calibrate_gate`,
