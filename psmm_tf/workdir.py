@@ -28,7 +28,7 @@ import json
 import os
 from pathlib import Path
 
-from psmm_tf.models.causal_lm import MODEL_FILE, read_model_file
+from psmm_tf.models.presets import MODEL_FILE, read_model_file
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"

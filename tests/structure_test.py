@@ -212,7 +212,7 @@ class StructureTest(unittest.TestCase):
         # A run folder is a preset folder: the model file's name is the presets' (workdir.py
         # imports it from there).
         allowed = {"psmm_tf/workdir.py": names, "psmm_tf/data/synthetic.py": {"vocab.txt"},
-                   "psmm_tf/models/causal_lm.py": {run_files.MODEL_FILE}}
+                   "psmm_tf/models/presets.py": {run_files.MODEL_FILE}}
         found = []
         for path in library_modules().values():
             relative = str(path.relative_to(REPO_ROOT))
@@ -246,7 +246,7 @@ class StructureTest(unittest.TestCase):
         self.assertEqual(callers, allowed)
 
     def test_one_loader(self):
-        # A `.keras` file is read by `causal_lm.read_model_file` and a checkpoint restored into
+        # A `.keras` file is read by `presets.read_model_file` and a checkpoint restored into
         # a model by `workdir.restore_model` (over `checkpoints.restore_first_readable`, the
         # one loop that skips damaged checkpoints); every other loader calls them.
         readers = {"load_model": set(), "restore": set()}
@@ -260,7 +260,7 @@ class StructureTest(unittest.TestCase):
                     readers["load_model"].add(name)
                 if node.func.attr == "restore" and "heckpoint" in ast.unparse(node.func.value):
                     readers["restore"].add(name)
-        self.assertEqual(readers, {"load_model": {"psmm_tf/models/causal_lm.py"},
+        self.assertEqual(readers, {"load_model": {"psmm_tf/models/presets.py"},
                                    "restore": {"psmm_tf/checkpoints.py"}})
 
 

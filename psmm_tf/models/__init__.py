@@ -6,7 +6,7 @@ import os
 import pkgutil
 
 from psmm_tf.models.backbone import LSTMBackbone
-from psmm_tf.models.causal_lm import RecurrentCausalLM, read_model_file, rebuild_model
+from psmm_tf.models.causal_lm import RecurrentCausalLM
 from psmm_tf.models.char_output_lm import CharacterOutputLM
 from psmm_tf.models.input_output_gate_lm import InputOutputGateLM
 from psmm_tf.models.inputs import validate_inputs
@@ -16,6 +16,7 @@ from psmm_tf.models.parameters import expected_parameter_count
 from psmm_tf.models.pointer_sentinel_lm import PointerSentinelLM
 from psmm_tf.models.pointer_softmax_lm import PointerSoftmaxLM
 from psmm_tf.models.preprocessor import LanguageModelPreprocessor
+from psmm_tf.models.presets import read_model_file, rebuild_model
 from psmm_tf.models.registry import (
     model_class,
     model_kinds,

@@ -1,4 +1,5 @@
-"""keras-hub's `CausalLM` for recurrent tasks: compile/fit, predict, generate and presets.
+"""keras-hub's `CausalLM` for recurrent tasks: compile/fit, predict, generate and presets (their
+files are read and checked in psmm_tf/models/presets.py).
 
 keras-hub's `CausalLM` gives `generate()` (prompt preprocessing, samplers, stop tokens,
 postprocessing, compiled on every backend), `fit`/`predict` on raw strings through the
@@ -21,11 +22,7 @@ instead carries both across the consecutive windows of each stream (truncated BP
 seeing across window boundaries); docs/design_notes.md compares the two.
 """
 
-import errno
-import json
 import os
-import tempfile
-import zipfile
 
 import keras
 import keras_hub
@@ -36,56 +33,19 @@ from keras_hub.src.utils import preset_utils
 from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
+from psmm_tf.models import presets
 from psmm_tf.models.accuracy import SparseCategoricalAccuracy
 from psmm_tf.models.backbone import LSTMBackbone, check_subclassed, preset_dtype
 from psmm_tf.models.tokenizer import vocabulary_in_assets
 
-# A preset folder is keras-hub's layout (`save_to_preset`), its names keras-hub's; a psmm-train
-# run folder (`psmm_tf.workdir`) holding the model's `.keras` file loads as a preset too.
-MODEL_FILE = "model.keras"
-PRESET_CONFIG_FILE = preset_utils.CONFIG_FILE
-PRESET_METADATA_FILE = preset_utils.METADATA_FILE
-# Every file `save_to_preset` may write (and never replaces), `MODEL_FILE` included: a folder
-# holding one is some other preset or run.
-PRESET_FILES = (PRESET_CONFIG_FILE, PRESET_METADATA_FILE, preset_utils.TASK_CONFIG_FILE,
-                preset_utils.TASK_WEIGHTS_FILE, preset_utils.MODEL_WEIGHTS_FILE,
-                preset_utils.SHARDED_MODEL_WEIGHTS_CONFIG_FILE,
-                preset_utils.PREPROCESSOR_CONFIG_FILE, preset_utils.TOKENIZER_CONFIG_FILE,
-                preset_utils.ASSET_DIR, MODEL_FILE)
-# What `from_preset` and the errors about presets say a preset is.
-PRESET_DESCRIPTION = (f"a preset is a folder holding {PRESET_CONFIG_FILE} (written by "
-                      f"save_to_preset) or {MODEL_FILE} (a psmm-train run folder), or a .keras "
-                      "file")
 # The samplers `compile(sampler=...)` takes by name (keras-hub's, as `generate` drives them).
 SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam", "contrastive")
 # Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
 _LOSS_NAMES = {name: lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
                for name in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")}
-# The errors of a write that found the disk (or the quota) full.
-_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # The longest `generate(max_length=...)`: reading the prompt forms `(batch_size, max_length, V)`
 # log-probabilities, so an unbounded length is unbounded memory.
 MAX_GENERATE_LENGTH = 4096
-
-
-def read_model_file(path, error=ValueError, advice=""):
-    """The model in the `.keras` file `path`: the package's one reader of `.keras` files.
-
-    Raises:
-        `error`: the file is truncated, damaged or not a `.keras` file; the message names it
-            and ends with `advice`.
-        OSError: the disk is full (ENOSPC, EDQUOT, EFBIG): reading a `.keras` file unpacks it
-            into the temporary folder (the error's `filename`); the message says so.
-    """
-    try:  # psmm_tf.models, imported before this module, registers the classes
-        return keras.saving.load_model(path)
-    except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as err:
-        if isinstance(err, OSError) and err.errno in _DISK_FULL_ERRNOS:
-            raise OSError(err.errno, f"out of disk space ({err.strerror}) unpacking {path} "
-                          "to read it: free space in the temporary folder, or set TMPDIR to a "
-                          "folder with room", tempfile.gettempdir()) from None
-        raise error(f"{path} cannot be read as a .keras model (truncated, damaged or another "
-                    f"format: {str(err).splitlines()[0][:200]}).{advice}") from None
 
 
 class _BackboneOfTheBaseOnly:
@@ -556,17 +516,17 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 message names the path and what a preset holds.
         """
         path = os.fspath(preset)
-        if "://" in path or _holds_keras_hub_config(path):
+        if "://" in path or presets.holds_keras_hub_config(path):
             if not preset_utils.check_file_exists(path, preset_utils.TASK_CONFIG_FILE):
                 # A backbone's preset (keras-hub's layout without task.json): a new head on it.
-                return _task_on_backbone_preset(cls, path, load_weights, **kwargs)
+                return presets.task_on_backbone_preset(cls, path, load_weights, **kwargs)
             # keras-hub's loader, asked for the common base: it builds task.json's class.
             kwargs["dtype"] = preset_dtype(path, kwargs.get("dtype"), load_weights)
             model = super(RecurrentCausalLM, RecurrentCausalLM).from_preset(
                 preset, load_weights=load_weights, **kwargs)
         else:
-            model = _model_file_preset(path, cls, load_weights, **kwargs)
-        _check_preset_class(model, cls, path)
+            model = presets.model_file_preset(path, cls, load_weights, **kwargs)
+        presets.check_preset_class(model, cls, path)
         if not load_weights and hasattr(model, "set_gate_calibration"):
             # The gate's calibration was fitted to the preset's weights, not to new ones.
             model.set_gate_calibration(None)
@@ -588,30 +548,11 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             FileExistsError: `preset_dir` is a file, or holds a file a preset is made of
                 (never replaced); nothing is written.
         """
-        import importlib.metadata
-        import json
-
         path = os.fspath(preset_dir)
-        if path.endswith(".keras"):
-            raise ValueError(f"save_to_preset({path!r}): a preset is a folder (of "
-                             f"{PRESET_CONFIG_FILE}, weights and {PRESET_METADATA_FILE}), not a "
-                             f".keras file; to write one .keras file use model.save({path!r}).")
-        if os.path.lexists(path) and not os.path.isdir(path):
-            raise FileExistsError(f"save_to_preset: {path} exists and is not a folder; give an "
-                                  "empty or new folder.")
-        for name in PRESET_FILES:
-            if os.path.lexists(os.path.join(path, name)):
-                raise FileExistsError(f"{os.path.join(path, name)} exists: save_to_preset never "
-                                      "replaces a file; give an empty or new folder.")
+        presets.check_new_preset_folder(path)
         with vocabulary_in_assets():  # the tokens once, in the tokenizer's asset
             super().save_to_preset(path, max_shard_size=max_shard_size)
-        metadata_file = os.path.join(path, PRESET_METADATA_FILE)
-        with open(metadata_file) as f:
-            metadata = json.load(f)
-        metadata.update(class_name=type(self).__name__,
-                        psmm_tf_version=importlib.metadata.version("psmm_tf"))
-        with open(metadata_file, "w") as f:
-            json.dump(metadata, f, indent=4)
+        presets.add_psmm_tf_metadata(path, type(self).__name__)
 
 
 def drop_stale_compiled_functions(model):
@@ -635,113 +576,6 @@ def _polymorphic_shape(spec):
     dims = [str(size) if size is not None else names[i] if i < 2 else f"d{i}"
             for i, size in enumerate(spec.shape)]
     return "(" + ", ".join(dims) + ")"
-
-
-def _holds_keras_hub_config(path):
-    """Whether the folder `path` is for keras-hub's loader: it holds a `config.json` that is not
-    a psmm-train run's config beside the run's `model.keras` (a run folder has both files; its
-    config.json is the run's settings, not a serialized Keras object)."""
-    config_path = os.path.join(path, PRESET_CONFIG_FILE)
-    if not os.path.isfile(config_path):
-        return False
-    if not os.path.isfile(os.path.join(path, MODEL_FILE)):
-        return True
-    try:
-        with open(config_path, encoding="utf-8") as file:
-            config = json.load(file)
-    except (OSError, ValueError):
-        return False  # not keras-hub's either: the folder's model.keras is the preset
-    # keras-hub's config.json is `keras.saving.serialize_keras_object`'s: a class and its config.
-    return isinstance(config, dict) and {"class_name", "config"} <= set(config)
-
-
-def _check_preset_class(model, cls, path):
-    if not isinstance(model, cls):
-        raise ValueError(f"preset {path!r} holds a {type(model).__name__}, not a "
-                         f"{cls.__name__}.")
-
-
-def _task_on_backbone_preset(cls, path, load_weights, dtype=None, **kwargs):
-    """A new `cls` task (its head initialised, `kwargs` its arguments: `window_size`, ...) on
-    the backbone (and, where the preset has one, the preprocessor) of a preset without a task,
-    as keras-hub builds a task on a backbone's preset."""
-    if getattr(cls, "kind", None) is None:  # RecurrentCausalLM, LanguageModel: no head
-        raise ValueError(
-            f"preset {path!r} holds a backbone and no task ({preset_utils.TASK_CONFIG_FILE}): "
-            f"keras_hub.models.CausalLM cannot tell which head to put on it; load it with the "
-            f"task's class, e.g. psmm_tf.models.PointerSentinelLM.from_preset({path!r}, "
-            f"window_size=100) or LSTMLanguageModel.from_preset({path!r}).")
-    backbone = keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
-                                                     dtype=preset_dtype(path, dtype, load_weights))
-    if not isinstance(backbone, LSTMBackbone):
-        raise ValueError(f"preset {path!r} holds a {type(backbone).__name__}, not an "
-                         f"LSTMBackbone: {cls.__name__} reads an LSTMBackbone's states.")
-    if "preprocessor" not in kwargs and preset_utils.check_file_exists(
-            path, preset_utils.PREPROCESSOR_CONFIG_FILE):
-        kwargs["preprocessor"] = keras_hub.models.CausalLMPreprocessor.from_preset(path)
-    return cls(backbone=backbone, **kwargs)
-
-
-def _model_file_preset(path, cls, load_weights=True, dtype=None, **kwargs):
-    """The `cls` model of a `model.keras` preset (a run folder, an earlier `save_to_preset`, a
-    `.keras` file), rebuilt under `dtype` and with new weights where asked."""
-    if kwargs:
-        raise ValueError(f"from_preset({path!r}, {', '.join(f'{k}=' for k in kwargs)}...): a "
-                         f"{MODEL_FILE} preset takes load_weights and dtype only.")
-    model = read_model_file(_preset_model_file(path), advice=f" (preset {path!r})")
-    _check_preset_class(model, cls, path)
-    if load_weights and dtype is None:
-        return model
-    return rebuild_model(model, dtype, load_weights)
-
-
-def rebuild_model(model, dtype=None, load_weights=True):
-    """`model` built again from its config under the Keras dtype policy `dtype` (None: its
-    own), with its weights (cast to the new variables' dtype) unless `load_weights` is False.
-
-    E.g. a run trained under `mixed_bfloat16` scored in float32: its variables are float32
-    under either policy, so only the computation changes.
-    """
-    quantized = [layer.name for layer in model._flatten_layers() if layer.quantization_mode]
-    if quantized and (dtype is not None or not load_weights):
-        raise ValueError(
-            f"{type(model).__name__} is quantized ({', '.join(quantized)}): it is rebuilt only "
-            f"as it is, not under another dtype (dtype={dtype!r}) or with new weights "
-            f"(load_weights={load_weights}); use the float model it was quantized from.")
-    config = model.get_config()
-    if dtype is not None:
-        if "backbone" not in config:
-            raise ValueError(f"dtype={dtype!r}: a {type(model).__name__} computes under its base "
-                             "model's dtype policy; a model with a backbone was expected.")
-        backbone = dict(config["backbone"])
-        backbone["config"] = dict(backbone["config"], dtype=dtype)
-        config["backbone"] = backbone
-    new_model = type(model).from_config(dict(config, preprocessor=model.preprocessor))
-    if load_weights:
-        for new, old in zip(new_model.weights, model.weights, strict=True):
-            new.assign(ops.cast(old, new.dtype))
-    return new_model
-
-
-def _preset_model_file(path):
-    """The `.keras` file a local preset `path` names; ValueError naming `path` otherwise."""
-    try:
-        os.stat(path)
-    except OSError as err:
-        what = ("is a symlink loop" if err.errno == errno.ELOOP else
-                "does not exist" if err.errno == errno.ENOENT else
-                f"cannot be read ({err.strerror})")
-        raise ValueError(f"preset {path!r} {what}: {PRESET_DESCRIPTION}.") from None
-    if os.path.isdir(path):
-        model_file = os.path.join(path, MODEL_FILE)
-        if not os.path.isfile(model_file):
-            raise ValueError(f"preset {path!r} holds no {PRESET_CONFIG_FILE} and no "
-                             f"{MODEL_FILE}: {PRESET_DESCRIPTION}.")
-        return model_file
-    if not path.endswith(".keras"):
-        raise ValueError(f"preset {path!r} is a file, not a preset folder or a .keras file: "
-                         f"{PRESET_DESCRIPTION}.")
-    return path
 
 
 def _check_sampler(sampler):
