@@ -36,6 +36,21 @@ def inference_function(model, function):
     return function
 
 
+def is_traced(value):
+    """Whether `value` is a tensor being traced (inside a `tf.function` or under `jax.jit`):
+    its shape and dtype are known, its values not yet."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.is_symbolic_tensor(value)
+    if backend == "jax":
+        import jax
+
+        return isinstance(value, jax.core.Tracer)
+    return False
+
+
 def graph_function(function=None, **options):
     """`tf.function(function, autograph=False, **options)`; without `function`, a decorator.
 

@@ -32,6 +32,15 @@ _task = testing.tiny_task
 _ids = testing.random_ids
 
 
+def _callers_compiled(function):
+    """`function` compiled as a user of the backend would: `tf.function` or `jax.jit`."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(function)
+    return tf.function(function)
+
+
 def _trained_looking(model, rng):
     """`model` with random trainable weights (not those its seeds start from), returned."""
     for weight in model.trainable_weights:
@@ -185,6 +194,31 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             model.score(x, y + 2)  # ids in the mask's place: refused, not scored
         with self.assertRaisesRegex(ValueError, r"holding \[0.5\]"):
             model.score(x, np.full(x.shape, 0.5, "float32"))
+
+    def test_score_inside_a_callers_compiled_function_equals_the_eager_score(self):
+        model = _trained_looking(_task(), self.rng)
+        x, y = _ids(self.rng, 2, 7)
+        mask = np.ones_like(x, bool)
+        mask[1, 4:] = False
+
+        def scores(ids, padding_mask, targets):
+            return (model.score(ids, padding_mask),
+                    model.score(ids, padding_mask, scoring_mode="loss", target_ids=targets),
+                    model.score(ids, scoring_mode="log_probs", target_ids=targets))
+
+        compiled = _callers_compiled(scores)
+        for got, expected in zip(compiled(x, mask, y), scores(x, mask, y), strict=True):
+            self.assertAllClose(got, expected, atol=1e-5)
+        # Traced, the values are unknown; the ranks and dtypes are still checked.
+        with self.assertRaisesRegex(ValueError, r"`token_ids` has dtype float32 and shape "
+                                                r"\(2, 7\): expected integer ids"):
+            _callers_compiled(model.score)(x.astype("float32"))
+        with self.assertRaisesRegex(ValueError, r"`target_ids` has dtype int32 and shape "
+                                                r"\(14,\)"):
+            _callers_compiled(lambda ids, targets: model.score(
+                ids, scoring_mode="loss", target_ids=ops.reshape(targets, (-1,))))(x, y)
+        with self.assertRaisesRegex(ValueError, r"'loss' needs target_ids"):
+            _callers_compiled(lambda ids: model.score(ids, scoring_mode="loss"))(x)
 
     @parameterized.named_parameters(*TASKS)
     def test_greedy_generate_is_the_argmax_of_the_full_sequence_mixture(self, cls):

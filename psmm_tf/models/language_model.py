@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from psmm_tf.compiled import inference_function, is_traced
 from psmm_tf.configs import SOFTMAX_KINDS
 from psmm_tf.layers import (
     CNNSoftmax,
@@ -28,6 +29,22 @@ SCORING_MODES = ("log_probs", "loss", "logits")
 SCORE_PIECE_LENGTH = 128
 
 
+def _check_scoring_mode(scoring_mode, target_ids):
+    if scoring_mode not in SCORING_MODES:
+        raise ValueError(f"scoring_mode must be one of {SCORING_MODES}, got {scoring_mode!r}.")
+    if target_ids is None and scoring_mode != "logits":
+        raise ValueError(f"scoring_mode {scoring_mode!r} needs target_ids; only 'logits' "
+                         "scores without them.")
+
+
+def _traced_ids(name, ids):
+    """A traced id tensor `(batch_size, T)` as int32; ValueError naming `name` otherwise."""
+    if len(ids.shape) != 2 or "int" not in keras.backend.standardize_dtype(ids.dtype):
+        raise ValueError(f"`{name}` has dtype {keras.backend.standardize_dtype(ids.dtype)} and "
+                         f"shape {tuple(ids.shape)}: expected integer ids (batch_size, T).")
+    return ops.cast(ids, "int32")
+
+
 class ScoringMixin:
     """`score()` and `score_text()` for any model with the `LanguageModel` call and `log_prob`."""
 
@@ -40,9 +57,10 @@ class ScoringMixin:
         zero state with an empty memory; `score_with_state` carries them across calls and
         returns the gate too.
 
-        It runs eagerly on concrete inputs (it checks their values, then calls its own
-        compiled function), not inside a caller's `tf.function` or `jax.jit`; there, call the
-        model on the ids and take `log_distribution` of its outputs.
+        On concrete inputs it checks their values (`validate_inputs`) and calls its own
+        compiled function, reading long rows in pieces. Inside a caller's `tf.function` or
+        `jax.jit` (traced inputs) it checks their ranks and dtypes only and adds the model's
+        pass to the caller's graph: an id outside `[0, vocab_size)` is then not caught.
 
         Args:
             token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.
@@ -66,8 +84,30 @@ class ScoringMixin:
         if layer_intercept_fn is not None:
             raise ValueError("score(layer_intercept_fn=...) is not supported: the recurrent "
                              "backbone has no per-layer activations to intercept; give None.")
+        if any(is_traced(x) for x in (token_ids, padding_mask, target_ids) if x is not None):
+            return self._score_traced(token_ids, padding_mask, scoring_mode, target_ids)
         result = self.score_with_state(token_ids, target_ids, padding_mask=padding_mask,
                                        scoring_mode=scoring_mode)
+        return result[scoring_mode]
+
+    def _score_traced(self, token_ids, padding_mask, scoring_mode, target_ids):
+        """`score` inside a caller's traced function: each row from the zero state and an empty
+        memory, in one pass; the inputs' ranks and dtypes checked (their values are unknown)."""
+        _check_scoring_mode(scoring_mode, target_ids)
+        token_ids = _traced_ids("token_ids", token_ids)
+        target_ids = (ops.zeros_like(token_ids) if target_ids is None
+                      else _traced_ids("target_ids", target_ids))
+        if padding_mask is None:
+            padding_mask = ops.ones_like(token_ids, dtype="bool")
+        elif len(padding_mask.shape) != 2:
+            raise ValueError(f"`padding_mask` has shape {tuple(padding_mask.shape)}: expected "
+                             "(batch_size, T), as token_ids.")
+        batch_size = ops.shape(token_ids)[0]
+        function = self._score_logits if scoring_mode == "logits" else self._score
+        result = function(token_ids, target_ids, ops.cast(padding_mask, "bool"),
+                          self.zero_state(batch_size), self.empty_memory(batch_size))
+        if scoring_mode == "loss":
+            return -result["log_probs"]
         return result[scoring_mode]
 
     def score_with_state(self, token_ids, target_ids=None, padding_mask=None, state=None,
@@ -101,13 +141,8 @@ class ScoringMixin:
         the state and memory (the same numbers as one pass), so memory and compile time stay
         bounded whatever the length.
         """
-        if scoring_mode not in SCORING_MODES:
-            raise ValueError(f"scoring_mode must be one of {SCORING_MODES}, got "
-                             f"{scoring_mode!r}.")
+        _check_scoring_mode(scoring_mode, target_ids)
         if target_ids is None:
-            if scoring_mode != "logits":
-                raise ValueError(f"scoring_mode {scoring_mode!r} needs target_ids; only "
-                                 "'logits' scores without them.")
             target_ids = np.zeros(np.shape(token_ids), np.int32)
         checked = validate_inputs(self, token_ids, target_ids=target_ids,
                                   padding_mask=padding_mask, state=state, memory=memory,
@@ -121,8 +156,6 @@ class ScoringMixin:
         functions = self.__dict__.setdefault("_scoring_functions", {})
         full = scoring_mode == "logits"
         if functions.get(full) is None:
-            from psmm_tf.compiled import inference_function
-
             functions[full] = inference_function(
                 self, self._score_logits if full else self._score)
         result = self._score_in_pieces(checked, functions[full])
