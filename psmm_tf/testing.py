@@ -274,14 +274,15 @@ def gradient_check_settings():
     return "float64", 1e-6, 1e-6
 
 
-def compiled(fn):
-    """`fn` compiled by the backend's compiler: XLA through `tf.function` or `jax.jit`.
+def compiled(fn, jit_compile=True):
+    """`fn` compiled by the backend's compiler: XLA through `tf.function` or `jax.jit`
+    (`jit_compile=False`: a plain `tf.function` graph on TensorFlow, as most callers make).
 
     Keras variables that `fn` reads are captured as they are (no state is updated inside).
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        return tf.function(fn, jit_compile=True)
+        return tf.function(fn, jit_compile=jit_compile)
     if backend == "jax":
         import jax
 

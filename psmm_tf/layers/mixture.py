@@ -10,6 +10,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from psmm_tf.compiled import is_traced
+
 # Smallest positive normal float32: the floor under probabilities before a log, so that
 # log(0) (a target that never occurs in the window) stays finite and its gradient zero.
 _TINY = float(np.finfo(np.float32).tiny)
@@ -222,16 +224,11 @@ def checked_ids(name, ids, vocab_size):
 
 
 def _concrete(tensor):
-    """The NumPy value of `tensor`, or None when it is symbolic (being traced or compiled).
-
-    A TF graph tensor raises NotImplementedError when converted, a JAX tracer a TypeError.
-    """
-    if isinstance(tensor, keras.KerasTensor):
+    """The NumPy value of `tensor`, or None when it is symbolic (a Keras functional input, or
+    being traced by `tf.function` or `jax.jit`)."""
+    if isinstance(tensor, keras.KerasTensor) or is_traced(tensor):
         return None
-    try:
-        return np.asarray(ops.convert_to_numpy(tensor))
-    except (NotImplementedError, TypeError):
-        return None
+    return np.asarray(ops.convert_to_numpy(tensor))
 
 
 def _check_mixture_shapes(attention, key_ids, vocab_logits=None, gate=None, targets=None):

@@ -17,6 +17,7 @@ from psmm_tf import configs, testing
 from psmm_tf import workdir as run_files
 from psmm_tf.data import Vocabulary
 from psmm_tf.models import (
+    InputOutputGateLM,
     LanguageModelPreprocessor,
     LSTMBackbone,
     LSTMLanguageModel,
@@ -30,15 +31,6 @@ TASKS = (("psmm", PointerSentinelLM), ("lstm", LSTMLanguageModel),
          ("pointer_softmax", PointerSoftmaxLM))
 _task = testing.tiny_task
 _ids = testing.random_ids
-
-
-def _callers_compiled(function):
-    """`function` compiled as a user of the backend would: `tf.function` or `jax.jit`."""
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return jax.jit(function)
-    return tf.function(function)
 
 
 def _trained_looking(model, rng):
@@ -195,30 +187,52 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"holding \[0.5\]"):
             model.score(x, np.full(x.shape, 0.5, "float32"))
 
-    def test_score_inside_a_callers_compiled_function_equals_the_eager_score(self):
-        model = _trained_looking(_task(), self.rng)
-        x, y = _ids(self.rng, 2, 7)
+    @parameterized.named_parameters(*TASKS, ("input_output_gate", "input_output_gate"))
+    def test_score_inside_a_callers_compiled_function_equals_the_eager_score(self, cls):
+        if cls == "input_output_gate":
+            model = InputOutputGateLM(_trained_looking(_task(), self.rng), embedding_dim=8)
+        else:
+            model = _trained_looking(_task(cls), self.rng)
+        x, y = (ids.copy() for ids in _ids(self.rng, 2, 7))  # views of one text: copies
         mask = np.ones_like(x, bool)
         mask[1, 4:] = False
+        # Padding may hold any id (as the eager path allows): outside the vocabulary here.
+        x[1, 4:], y[1, 4:] = len(WORDS) + 3, -1
 
         def scores(ids, padding_mask, targets):
             return (model.score(ids, padding_mask),
-                    model.score(ids, padding_mask, scoring_mode="loss", target_ids=targets),
-                    model.score(ids, scoring_mode="log_probs", target_ids=targets))
+                    model.score(ids, padding_mask, scoring_mode="loss", target_ids=targets))
 
-        compiled = _callers_compiled(scores)
-        for got, expected in zip(compiled(x, mask, y), scores(x, mask, y), strict=True):
+        callers = testing.compiled(scores, jit_compile=False)
+        for got, expected in zip(callers(x, mask, y), scores(x, mask, y), strict=True):
             self.assertAllClose(got, expected, atol=1e-5)
-        # Traced, the values are unknown; the ranks and dtypes are still checked.
+        self.assertAllClose(
+            testing.compiled(lambda ids, targets: model.score(
+                ids, scoring_mode="log_probs", target_ids=targets), jit_compile=False)(
+                    x[:1], y[:1]),
+            model.score(x[:1], scoring_mode="log_probs", target_ids=y[:1]), atol=1e-5)
+
+    def test_score_inside_a_callers_compiled_function_checks_shapes_and_dtypes(self):
+        model = _task()
+        x, y = _ids(self.rng, 2, 7)
+
+        def traced(function, *args):
+            return testing.compiled(function, jit_compile=False)(*args)
+
         with self.assertRaisesRegex(ValueError, r"`token_ids` has dtype float32 and shape "
-                                                r"\(2, 7\): expected integer ids"):
-            _callers_compiled(model.score)(x.astype("float32"))
+                                                r"\(2, 7\): expected int values of shape "
+                                                r"\(batch_size, T\)"):
+            traced(model.score, x.astype("float32"))
         with self.assertRaisesRegex(ValueError, r"`target_ids` has dtype int32 and shape "
-                                                r"\(14,\)"):
-            _callers_compiled(lambda ids, targets: model.score(
-                ids, scoring_mode="loss", target_ids=ops.reshape(targets, (-1,))))(x, y)
+                                                r"\(14,\): expected int values of shape "
+                                                r"token_ids' \(2, 7\)"):
+            traced(lambda ids, targets: model.score(
+                ids, scoring_mode="loss", target_ids=ops.reshape(targets, (-1,))), x, y)
+        with self.assertRaisesRegex(ValueError, r"`padding_mask` has dtype bool and shape "
+                                                r"\(2, 6\)"):
+            traced(lambda ids: model.score(ids, np.ones((2, 6), bool)), x)
         with self.assertRaisesRegex(ValueError, r"'loss' needs target_ids"):
-            _callers_compiled(lambda ids: model.score(ids, scoring_mode="loss"))(x)
+            traced(lambda ids: model.score(ids, scoring_mode="loss"), x)
 
     @parameterized.named_parameters(*TASKS)
     def test_greedy_generate_is_the_argmax_of_the_full_sequence_mixture(self, cls):

@@ -99,8 +99,11 @@ class InputOutputGateLM(ScoringMixin, keras.Model):
     def log_prob(self, outputs, targets):
         return self.base_model.log_prob(outputs, targets)
 
-    def distribution(self, outputs):
-        return self.base_model.distribution(outputs)
+    def distribution(self, outputs, extra_ids=0):
+        return self.base_model.distribution(outputs, extra_ids)
+
+    def log_distribution(self, outputs, extra_ids=0):
+        return self.base_model.log_distribution(outputs, extra_ids)
 
     def get_config(self):
         config = super().get_config()

@@ -37,12 +37,18 @@ def _check_scoring_mode(scoring_mode, target_ids):
                          "scores without them.")
 
 
-def _traced_ids(name, ids):
-    """A traced id tensor `(batch_size, T)` as int32; ValueError naming `name` otherwise."""
-    if len(ids.shape) != 2 or "int" not in keras.backend.standardize_dtype(ids.dtype):
-        raise ValueError(f"`{name}` has dtype {keras.backend.standardize_dtype(ids.dtype)} and "
-                         f"shape {tuple(ids.shape)}: expected integer ids (batch_size, T).")
-    return ops.cast(ids, "int32")
+def _traced_input(name, value, dtypes, shape):
+    """A traced input as a tensor (int ids as int32), its dtype one of `dtypes` (kinds: "int",
+    "float", "bool") and its shape `shape` where both are known; ValueError naming it otherwise."""
+    value = ops.convert_to_tensor(value)
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    fits = len(value.shape) == len(shape) and all(
+        a is None or b is None or a == b for a, b in zip(value.shape, shape, strict=True))
+    if not fits or not any(kind in dtype for kind in dtypes):
+        expected = "(batch_size, T)" if shape == (None, None) else f"token_ids' {shape}"
+        raise ValueError(f"`{name}` has dtype {dtype} and shape {tuple(value.shape)}: expected "
+                         f"{' or '.join(dtypes)} values of shape {expected}.")
+    return ops.cast(value, "int32") if dtypes == ("int",) else value
 
 
 class ScoringMixin:
@@ -59,8 +65,9 @@ class ScoringMixin:
 
         On concrete inputs it checks their values (`validate_inputs`) and calls its own
         compiled function, reading long rows in pieces. Inside a caller's `tf.function` or
-        `jax.jit` (traced inputs) it checks their ranks and dtypes only and adds the model's
-        pass to the caller's graph: an id outside `[0, vocab_size)` is then not caught.
+        `jax.jit` (traced inputs) it adds the model's pass to the caller's graph, checking
+        shapes and dtypes only: an id outside `[0, vocab_size)` is then not caught, and under
+        `jax.jit` the weights enter the caller's program as constants.
 
         Args:
             token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.
@@ -92,20 +99,21 @@ class ScoringMixin:
 
     def _score_traced(self, token_ids, padding_mask, scoring_mode, target_ids):
         """`score` inside a caller's traced function: each row from the zero state and an empty
-        memory, in one pass; the inputs' ranks and dtypes checked (their values are unknown)."""
+        memory, in one pass added to the caller's graph. Shapes and dtypes are checked; values
+        are unknown while tracing, so a mask reads as `padding_mask != 0`, ids under it as 0 (as
+        the eager path reads them), and an id outside the vocabulary is not caught."""
         _check_scoring_mode(scoring_mode, target_ids)
-        token_ids = _traced_ids("token_ids", token_ids)
-        target_ids = (ops.zeros_like(token_ids) if target_ids is None
-                      else _traced_ids("target_ids", target_ids))
-        if padding_mask is None:
-            padding_mask = ops.ones_like(token_ids, dtype="bool")
-        elif len(padding_mask.shape) != 2:
-            raise ValueError(f"`padding_mask` has shape {tuple(padding_mask.shape)}: expected "
-                             "(batch_size, T), as token_ids.")
+        token_ids = _traced_input("token_ids", token_ids, ("int",), (None, None))
+        shape = tuple(token_ids.shape)
+        mask = (ops.ones_like(token_ids, dtype="bool") if padding_mask is None else ops.cast(
+            _traced_input("padding_mask", padding_mask, ("bool", "int", "float"), shape), "bool"))
+        token_ids = ops.where(mask, token_ids, 0)
+        target_ids = (ops.zeros_like(token_ids) if target_ids is None else
+                      ops.where(mask, _traced_input("target_ids", target_ids, ("int",), shape), 0))
         batch_size = ops.shape(token_ids)[0]
         function = self._score_logits if scoring_mode == "logits" else self._score
-        result = function(token_ids, target_ids, ops.cast(padding_mask, "bool"),
-                          self.zero_state(batch_size), self.empty_memory(batch_size))
+        result = function(token_ids, target_ids, mask, self.zero_state(batch_size),
+                          self.empty_memory(batch_size))
         if scoring_mode == "loss":
             return -result["log_probs"]
         return result[scoring_mode]

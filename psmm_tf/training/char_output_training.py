@@ -171,7 +171,7 @@ def load_base(config):
     splits = {}
     for role, ids in run.corpus.ids.items():
         output = spelled.spellings[role]
-        base = None if run.corpus.spellings is None else run.corpus.spellings[role]
+        base = run.corpus.spelling(role)
         splits[role] = _Data(ids, output.ids, None if base is None else base.table,
                              output.table, len(run.corpus.vocabulary))
     return run, splits
