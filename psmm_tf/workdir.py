@@ -97,12 +97,17 @@ def worker_dir(workdir, worker_name):
 
 
 def write_text_atomic(path, text):
-    """Writes `text` (UTF-8) to `path` through a temporary file and a rename (never half a
-    file; the temporary file is removed when the write fails)."""
+    """Writes `text` (UTF-8) to `path` atomically (`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path, data):
+    """Writes `data` to `path` through a temporary file and a rename (never half a file; the
+    temporary file is removed when the write fails)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except BaseException as error:  # a full disk, a kill: no half file left beside the whole one
         _name_file(error, path)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from psmm_tf.evaluation import pointer_diagnostics
 from psmm_tf.testing import run_script, start_script, train_in_process
 from psmm_tf.training import reporting
 
@@ -50,6 +51,12 @@ class KillAndResumeTest(tf.test.TestCase):
         self.assertGreaterEqual(len(logged_before), 40)
         for key, loss in expected.items():
             self.assertAllClose(actual[key], loss, rtol=1e-6, atol=1e-6, msg=str(key))
+        # The resume kept the pointer as initialised (psmm-evaluate's diagnostics read it).
+        initial = [pointer_diagnostics.load_initial_pointer_weights(run / "initial_pointer.npz")
+                   for run in (reference, killed)]
+        self.assertEqual(sorted(initial[1]), sorted(initial[0]))
+        for name, value in initial[0].items():
+            self.assertAllEqual(initial[1][name], value, msg=name)
         history = {r["epoch"]: r for r in reporting.read_history(reference)}
         for record in reporting.read_history(killed):
             for name in ("valid_perplexity", "train_perplexity", "learning_rate"):

@@ -27,12 +27,14 @@ mixed with a unigram softmax. These numbers can (Merity et al. 2016 eq. 3-8 nota
   relative distance moved `||w - w0|| / ||w0||`.
 """
 
+import io
 import math
 import zipfile
 
 import numpy as np
 import tensorflow as tf
 
+from psmm_tf import workdir as run_files
 from psmm_tf.compiled import graph_function
 from psmm_tf.data.pipeline import evaluation_windows
 from psmm_tf.evaluation.analysis import target_in_window
@@ -225,9 +227,10 @@ def pointer_weights(model):
 
 
 def save_initial_pointer_weights(model, path):
-    """Writes `pointer_weights(model)` to an `.npz` file (a run's starting point)."""
-    with open(path, "wb") as f:
-        np.savez(f, **pointer_weights(model))
+    """Writes `pointer_weights(model)` to an `.npz` file (a run's starting point), atomically."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **pointer_weights(model))
+    run_files.write_bytes_atomic(path, buffer.getvalue())
 
 
 def load_initial_pointer_weights(path):

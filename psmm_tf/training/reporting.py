@@ -43,6 +43,11 @@ TENSORBOARD_TAGS = {
 }
 
 
+def step_loss(metrics):
+    """A step's training loss per target: its summed `loss` over its `weight` (targets)."""
+    return float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
+
+
 class EpochMeter:
     """Running sums of one epoch's step metrics (see `TrainStep`), its training seconds and
     token rate.
@@ -150,7 +155,7 @@ class Reporter:
         """Logs one finished step (`step` is its 0-based index within the epoch)."""
         if not self.enabled:
             return
-        loss = float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
+        loss = step_loss(metrics)
         record = {"epoch": epoch, "step": step, "global_step": global_step, "loss": loss,
                   "grad_norm": float(metrics["grad_norm"]), "learning_rate": learning_rate}
         steps = self._steps()

@@ -293,8 +293,9 @@ def check_resumable(workdir, restart=False):
 
 
 def _check_run_logs(workdir):
-    """Refuses a run whose history.json or steps.jsonl a resume could not append to: checked
-    before training, not after an epoch (a cut history.json failed at the epoch's end)."""
+    """Refuses a run whose history.json or steps.jsonl a resume could not append to, or whose
+    initial_pointer.npz its end could not read: checked before training, not after an epoch (a
+    cut history.json failed at the epoch's end)."""
     read_epoch_history(workdir)
     try:  # read at the run's end, for the pointer diagnostics: checked before an epoch is spent
         pointer_diagnostics.load_initial_pointer_weights(

@@ -95,14 +95,19 @@ class _Run:
     @classmethod
     def start(cls, config, workdir, strategy, verbose, restart):
         """The one place that builds a run: validated against the data and the workdir, its
-        objects built and its checkpoint restored; only then are its files written."""
+        objects built and its checkpoint restored; only then are its files written (a new run's
+        pointer as initialised too, for psmm-evaluate's diagnostics)."""
         config, corpus = run_setup.prepare_workdir(config, workdir, strategy, restart=restart)
         if restart and distribution.is_chief(strategy):
             run_files.move_training_outputs(workdir)
         run = cls(config, corpus, workdir, strategy, verbose)
         try:
-            run.restore()
+            resumed = run.restore()
             run_setup.write_run_files(config, corpus, workdir, strategy)
+            if (not resumed and run.chief
+                    and pointer_diagnostics.has_sentinel_pointer(run.model)):
+                pointer_diagnostics.save_initial_pointer_weights(
+                    run.model, workdir / run_files.INITIAL_POINTER_FILE)
             run.reporter.drop_steps_after(run.progress.get()[2])
         except BaseException:
             run.reporter.close()
@@ -110,7 +115,7 @@ class _Run:
         return run
 
     def restore(self):
-        """Restores the latest checkpoint of the chief's directory, if any."""
+        """Restores the latest checkpoint of the chief's directory, if any; whether one was."""
         # Every object but the vocabulary's hash, which 0.1.0's checkpoints lack, and the
         # epoch's seconds, which 0.2.0's lack: each is read on its own.
         path = checkpointing.restore_latest(
@@ -125,11 +130,9 @@ class _Run:
                                        path)
             run_setup.warn_epochs_change(self.workdir, self.config, self.schedule)
             logging.info("Resumed %s at epoch %d, step %d.", path, *self.progress.get()[:2])
-        elif self.chief and pointer_diagnostics.has_sentinel_pointer(self.model):
-            pointer_diagnostics.save_initial_pointer_weights(
-                self.model, self.workdir / run_files.INITIAL_POINTER_FILE)
         # A resumed run may have a new max_epochs; the schedule's counters come from the file.
         self.schedule.max_epochs = self.config.train.max_epochs
+        return path is not None
 
     def num_steps(self):
         train = self.config.train
@@ -176,7 +179,7 @@ class _Run:
             metrics, state, memory = self.train_step(
                 batch, state, memory,
                 pointer_share=warmup_factor(global_step, train.pointer_warmup_steps))
-            loss = float(metrics["loss"]) / max(float(metrics["weight"]), 1.0)
+            loss = reporting.step_loss(metrics)
             if not math.isfinite(loss):
                 raise NonFiniteLossError(
                     f"Training loss is {loss} at epoch {epoch + 1}, step {step + 1} (global step "
