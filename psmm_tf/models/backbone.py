@@ -1,5 +1,8 @@
 """The recurrent component: embedding, a stack of zoneout LSTMs and locked dropout."""
 
+import json
+import os
+
 import keras
 import keras_hub
 from keras import ops
@@ -257,6 +260,12 @@ class LSTMBackbone(keras_hub.models.Backbone):
         kwargs["dtype"] = preset_dtype(preset, kwargs.get("dtype"), load_weights)
         return super().from_preset(preset, load_weights=load_weights, **kwargs)
 
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """keras-hub's `Backbone.save_to_preset`; a mixed policy saved as its variables' float
+        dtype (`save_mixed_policy_as_float`), so keras-hub's loaders read the preset."""
+        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        save_mixed_policy_as_float(preset_dir)
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -295,8 +304,9 @@ def preset_dtype(preset, dtype=None, load_weights=True):
     """The dtype to give keras-hub's loaders for `preset`: `dtype` (None: keras-hub's rule, the
     global policy for a float preset), except for a quantized preset, whose saved
     `DTypePolicyMap` (the quantized layers' policies) is kept with `dtype` as its default, and a
-    preset saved under a mixed policy, which without `dtype` loads under the global policy as a
-    float preset does.
+    preset that records a mixed policy (`save_mixed_policy_as_float` records the float dtype; a
+    preset may have been written without it), which without `dtype` loads under the global
+    policy as a float preset does.
 
     keras-hub 0.32's `Backbone.from_preset` replaces a saved map by the `dtype` it was given
     (None unless asked), so a quantized backbone's weights would not load into float layers; and
@@ -326,6 +336,30 @@ def preset_dtype(preset, dtype=None, load_weights=True):
         dtype = keras.dtype_policies.get(dtype).name
     config = preset_utils.set_dtype_in_config({"config": {"dtype": saved}}, dtype)
     return config["config"]["dtype"]
+
+
+def save_mixed_policy_as_float(preset_dir):
+    """Rewrites the backbone's dtype policy in the preset folder's `config.json` from a mixed
+    policy (`mixed_bfloat16`, as psmm-train's `--mixed_precision` trains) to its variables' float
+    dtype, which keras-hub's loaders read.
+
+    keras-hub 0.32's `CausalLM.from_preset` and `Backbone.from_preset`, given no dtype, load a
+    preset saved under a float policy under the global policy, and fail on a mixed policy's
+    name (they read it as a dtype); loading a float preset under the global policy, they would
+    not keep the mixed policy either. A quantized backbone's `DTypePolicyMap` stays as saved.
+    """
+    config_file = os.path.join(os.fspath(preset_dir), preset_utils.CONFIG_FILE)
+    with open(config_file) as f:
+        config = json.load(f)
+    policy = config.get("config", {}).get("dtype")
+    if not isinstance(policy, dict) or policy.get("class_name") != "DTypePolicy":
+        return
+    name = policy.get("config", {}).get("name")
+    if not (isinstance(name, str) and name.startswith("mixed_")):
+        return
+    policy["config"]["name"] = keras.dtype_policies.get(name).variable_dtype
+    with open(config_file, "w") as f:
+        json.dump(config, f, indent=4)
 
 
 def check_subclassed(cls):

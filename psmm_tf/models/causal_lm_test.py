@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shutil
 import unittest
 import zipfile
 
@@ -592,8 +593,9 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
 
     def test_a_preset_saved_under_a_mixed_policy_loads(self):
         # keras-hub 0.32's rule for an unasked dtype reads "mixed_bfloat16" as a dtype and
-        # fails; psmm_tf's loaders load it under the global policy (as a float preset), or under
-        # the dtype asked for.
+        # fails: the preset records its variables' float dtype, which every loader reads (under
+        # the global policy, as keras-hub loads a float preset), and psmm_tf's loaders read a
+        # preset that records the mixed policy (written before) the same way.
         previous = keras.config.dtype_policy()
         keras.config.set_dtype_policy("mixed_bfloat16")
         try:
@@ -602,14 +604,30 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
             keras.config.set_dtype_policy(previous)
         preset = os.path.join(self.get_temp_dir(), "mixed_preset")
         model.save_to_preset(preset)
+        backbone_preset = os.path.join(self.get_temp_dir(), "mixed_backbone")
+        model.backbone.save_to_preset(backbone_preset)
+        recorded = os.path.join(self.get_temp_dir(), "recorded_mixed")
+        shutil.copytree(preset, recorded)
+        with open(os.path.join(recorded, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual(config["config"]["dtype"]["config"]["name"], "float32")
+        config["config"]["dtype"]["config"]["name"] = "mixed_bfloat16"
+        with open(os.path.join(recorded, "config.json"), "w") as f:
+            json.dump(config, f)
         texts = ["w1 w2 w3 w4"]
         for loaded, compute in ((PointerSentinelLM.from_preset(preset), "float32"),
+                                (keras_hub.models.CausalLM.from_preset(preset), "float32"),
+                                (PointerSentinelLM.from_preset(recorded), "float32"),
                                 (PointerSentinelLM.from_preset(preset, dtype="mixed_bfloat16"),
                                  "bfloat16")):
+            self.assertIsInstance(loaded, PointerSentinelLM)
             self.assertEqual(loaded.backbone.lstm_0.compute_dtype, compute)
             self.assertAllClose(loaded.score_text(texts)["log_probs"],
                                 model.score_text(texts)["log_probs"], atol=0.05)
-        self.assertEqual(LSTMBackbone.from_preset(preset).dtype_policy.name, "float32")
+        for path in (preset, recorded, backbone_preset):
+            self.assertEqual(LSTMBackbone.from_preset(path).dtype_policy.name, "float32")
+        self.assertEqual(keras_hub.models.Backbone.from_preset(backbone_preset).dtype_policy.name,
+                         "float32")
 
     def test_a_presets_gate_calibration_comes_with_its_weights_only(self):
         # keras-hub's own loader reads the head's weights only with load_weights=True; the
