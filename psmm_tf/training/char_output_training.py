@@ -50,6 +50,7 @@ from psmm_tf import workdir as run_files
 from psmm_tf.compiled import graph_function
 from psmm_tf.configs import check_positive_ints
 from psmm_tf.data import corpus_setup
+from psmm_tf.data.pipeline import steps_per_epoch, stream_length
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
 from psmm_tf.layers.char_lstm_output import trimmed_spellings
 from psmm_tf.models import CharacterOutputLM, read_model_file
@@ -268,7 +269,7 @@ def _check_keys(key_ids, data, key_positions, end):
 
 def _training_windows(data, batch_size, num_predicted):
     """Batches of B contiguous streams, T inputs each, with the next words' spellings."""
-    n = (len(data.ids) - 1) // batch_size
+    n = stream_length(len(data.ids), batch_size)  # as psmm-train's streams
     rows = np.arange(batch_size)[:, None] * n
     for start in range(0, n - num_predicted + 1, num_predicted):
         positions = rows + start + np.arange(num_predicted)[None, :]
@@ -426,8 +427,8 @@ class _CharOutputRun:
         base_config = base_run.config
         self.batch_size = config.batch_size or base_config.train.batch_size
         self.num_predicted = config.num_predicted or base_config.train.num_predicted
-        if next(_training_windows(self.splits["train"], self.batch_size, self.num_predicted),
-                None) is None:
+        if steps_per_epoch(len(self.splits["train"].ids), self.batch_size,
+                           self.num_predicted) < 1:
             raise run_setup.RunRefusedError(
                 f"The training split of {config.base_workdir} ({len(self.splits['train'].ids)} "
                 f"tokens) holds no window of batch_size x num_predicted = {self.batch_size} x "
