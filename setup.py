@@ -70,12 +70,13 @@ setup(
                   "psmm_tf.native": ["*.cc", "*.h"]},
     cmdclass={"build_py": BuildPyWithoutTests},
     install_requires=[
-        # Tested with TensorFlow 2.21; Keras 3 needs TensorFlow >= 2.16. The upper bound is
-        # shared with tensorflow-serving-api, whose release X.Y requires tensorflow>=X.Y: without
-        # it, installing a newer serving API would move TensorFlow past the tested versions.
-        "tensorflow>=2.16,<2.22",
+        # Tested with TensorFlow 2.21; keras-hub 0.32 needs tensorflow-text >= 2.20.1, whose
+        # release X.Y needs TensorFlow X.Y. The upper bound is shared with
+        # tensorflow-serving-api, whose release X.Y requires tensorflow>=X.Y: without it,
+        # installing a newer serving API would move TensorFlow past the tested versions.
+        "tensorflow>=2.20,<2.22",
         # PredictionLog protos for the SavedModel warmup file and the gRPC scoring client.
-        "tensorflow-serving-api>=2.16,<2.22",
+        "tensorflow-serving-api>=2.20,<2.22",
         "keras>=3.3",
         # The tasks are keras-hub CausalLMs (generate, samplers, presets, string pipelines);
         # its preprocessing runs on TensorFlow (tensorflow-text comes with it).
