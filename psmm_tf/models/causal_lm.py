@@ -1,5 +1,5 @@
 """keras-hub's `CausalLM` for recurrent tasks: compile/fit, predict, generate and presets (their
-files are read and checked in psmm_tf/models/presets.py).
+helpers beside it: fit_inputs.py, generation.py and presets.py in psmm_tf/models/).
 
 keras-hub's `CausalLM` gives `generate()` (prompt preprocessing, samplers, stop tokens,
 postprocessing, compiled on every backend), `fit`/`predict` on raw strings through the
@@ -33,19 +33,14 @@ from keras_hub.src.utils import preset_utils
 from psmm_tf import native
 from psmm_tf.configs import TrainConfig
 from psmm_tf.losses.pointer_sentinel_loss import PointerSentinelLoss
-from psmm_tf.models import presets
+from psmm_tf.models import fit_inputs, generation, presets
 from psmm_tf.models.accuracy import SparseCategoricalAccuracy
 from psmm_tf.models.backbone import LSTMBackbone, check_subclassed, preset_dtype
 from psmm_tf.models.tokenizer import vocabulary_in_assets
 
-# The samplers `compile(sampler=...)` takes by name (keras-hub's, as `generate` drives them).
-SAMPLER_NAMES = ("greedy", "top_k", "top_p", "random", "beam", "contrastive")
 # Keras' names of the sparse cross-entropy, as the loss on the mixture's log-probabilities.
 _LOSS_NAMES = {name: lambda: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
                for name in ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")}
-# The longest `generate(max_length=...)`: reading the prompt forms `(batch_size, max_length, V)`
-# log-probabilities, so an unbounded length is unbounded memory.
-MAX_GENERATE_LENGTH = 4096
 
 
 class _BackboneOfTheBaseOnly:
@@ -119,7 +114,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         # Set after compile too: `generate` traces again with it (TensorFlow had kept the
         # sampler of its first trace, JAX took the new one).
         if sampler is not None:
-            _check_sampler(sampler)
+            generation.check_sampler(sampler)
             sampler = keras_hub.samplers.get(sampler)
         self.__dict__["_generate_sampler"] = sampler
         self.generate_function = None
@@ -165,7 +160,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         if weighted_metrics == "auto":
             weighted_metrics = [keras_hub.metrics.Perplexity(from_logits=True),
                                 SparseCategoricalAccuracy(name="accuracy")]
-        _check_sampler(sampler)
+        generation.check_sampler(sampler)
         if keras.config.backend() == "tensorflow":
             kwargs.setdefault("jit_compile", False)
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
@@ -221,7 +216,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 holds an id outside the vocabulary or a weight that is NaN, infinite or < 0.
         """
         self._compile_if_needed()
-        if validation_split and sample_weight is not None and _holds_texts(x):
+        if validation_split and sample_weight is not None and fit_inputs.holds_texts(x):
             raise ValueError("fit on texts with a sample_weight takes validation_data, "
                              "not validation_split.")
         x, y, sample_weight, batch_size = self._checked_inputs(x, y, sample_weight, batch_size)
@@ -241,9 +236,9 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     def _checked_inputs(self, x, y, sample_weight, batch_size):
         """`fit`'s and `evaluate`'s inputs after their checks: `(x, y, sample_weight,
         batch_size)`, texts with weights as one preprocessed dataset."""
-        x, y = _as_array_if_list_of_ids(x), _as_array_if_list_of_ids(y)
-        _check_id_arrays(self, x, y, sample_weight)
-        if sample_weight is not None and _holds_texts(x):
+        x, y = fit_inputs.as_array_if_list_of_ids(x), fit_inputs.as_array_if_list_of_ids(y)
+        fit_inputs.check_id_arrays(self, x, y, sample_weight)
+        if sample_weight is not None and fit_inputs.holds_texts(x):
             x, sample_weight, batch_size = self._weighted_texts(x, sample_weight, batch_size)
         return x, y, sample_weight, batch_size
 
@@ -265,7 +260,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
         return dataset, None, None
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        targets, weights = fit_targets(x, y, sample_weight)
+        targets, weights = fit_inputs.fit_targets(x, y, sample_weight)
         if not isinstance(self.loss, PointerSentinelLoss):
             predictions = self.log_distribution(y_pred)
             if getattr(self.loss, "from_logits", True) is False:
@@ -283,7 +278,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         if "vocab_logits" not in y_pred:  # a sampled softmax in training: no distribution
             return self.get_metrics_result()
-        targets, weights = fit_targets(x, y, sample_weight)
+        targets, weights = fit_inputs.fit_targets(x, y, sample_weight)
         return super().compute_metrics(x, targets, self.log_distribution(y_pred), weights)
 
     def predict_step(self, *args):
@@ -305,7 +300,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 be copied; ids as a dict of `token_ids` and `padding_mask`
                 `(batch_size, S)` with `preprocessor=None`, ids `V + j` read as `<unk>` and
                 copied as themselves) or a dataset.
-            max_length: optional int in `[2, MAX_GENERATE_LENGTH]`: tokens of prompt (its
+            max_length: optional int in `[2, MAX_GENERATE_LENGTH]` (4096): tokens of prompt (its
                 leading `<eos>` included) and generated words together; it must exceed the
                 longest prompt's length (default: the preprocessor's `sequence_length`).
             stop_token_ids: "auto" (`<eos>`), None, or a list or tuple of int ids in `[0, V)`.
@@ -316,17 +311,17 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 leaves no position to generate, or preprocessed ids (a dict) are given to a
                 model with a preprocessor.
         """
-        _check_max_length(max_length)
-        stop_token_ids = _checked_stop_token_ids(stop_token_ids, self.vocab_size)
+        generation.check_max_length(max_length)
+        stop_token_ids = generation.checked_stop_token_ids(stop_token_ids, self.vocab_size)
         if self.preprocessor is not None and isinstance(inputs, dict):
             raise ValueError(
                 f"generate: the prompts are preprocessed ids (a dict of {sorted(inputs)}), but "
                 f"this model has a preprocessor, which reads text: give the prompts as text, or "
                 f"set model.preprocessor = None to generate from ids.")
         if self.preprocessor is not None:
-            inputs = _held_texts(inputs)
+            inputs = generation.held_texts(inputs)
             length = self.preprocessor.sequence_length if max_length is None else max_length
-            longest = _longest_prompt(self.preprocessor, inputs)
+            longest = generation.longest_prompt(self.preprocessor, inputs)
             if longest is not None and longest >= length:
                 given = (f"max_length={max_length}" if max_length is not None else
                          f"the preprocessor's sequence_length ({length}, max_length=None)")
@@ -334,7 +329,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                     f"{given} leaves no position to generate: the longest prompt holds "
                     f"{longest} tokens (its words and the leading <eos>); give a max_length > "
                     f"{longest} (prompt and generated words together).")
-        if self.preprocessor is not None and _is_text_list(inputs):
+        if self.preprocessor is not None and generation.is_text_list(inputs):
             return self._generate_texts(inputs, max_length, stop_token_ids, strip_prompt)
         if self.preprocessor is not None and strip_prompt:
             return self._generate_stripped(inputs, max_length, stop_token_ids)
@@ -347,7 +342,7 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
             stop_token_ids = [self.preprocessor.tokenizer.end_token_id]
         outputs = self.make_generate_function()(
             prompts, stop_token_ids=None if stop_token_ids is None else tuple(stop_token_ids))
-        return _generated_part(outputs, prompts) if strip_prompt else outputs
+        return generation.generated_part(outputs, prompts) if strip_prompt else outputs
 
     def _generate_texts(self, inputs, max_length, stop_token_ids, strip_prompt):
         """keras-hub's three passes (preprocess, `generate_function`, postprocess) on a str or
@@ -430,7 +425,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                                  mask=prompt_mask, stop_token_ids=stop_token_ids, model=self,
                                  **hidden_states)
         return {"token_ids": token_ids,
-                "padding_mask": _up_to_first_stop(token_ids, prompt_mask, stop_token_ids)}
+                "padding_mask": generation.up_to_first_stop(token_ids, prompt_mask,
+                                                            stop_token_ids)}
 
     def _unknown_id(self):
         """The id of `<unk>`: the preprocessor's, else 0 (where built vocabularies put it)."""
@@ -578,229 +574,3 @@ def _polymorphic_shape(spec):
     return "(" + ", ".join(dims) + ")"
 
 
-def _check_sampler(sampler):
-    """Refuses a sampler `generate` could not call, at `compile`."""
-    if isinstance(sampler, str):
-        if sampler not in SAMPLER_NAMES:
-            raise ValueError(f"compile(sampler={sampler!r}): expected one of {SAMPLER_NAMES} "
-                             "or a keras_hub.samplers.Sampler.")
-    elif not isinstance(sampler, (keras_hub.samplers.Sampler, dict)):
-        raise ValueError(f"compile(sampler=...) got a {type(sampler).__name__}: expected one "
-                         f"of {SAMPLER_NAMES} or a keras_hub.samplers.Sampler.")
-
-
-def _check_max_length(max_length):
-    if max_length is None:
-        return
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
-        raise ValueError(f"generate: max_length must be None or an integer, got "
-                         f"{max_length!r}.")
-    if not 2 <= max_length <= MAX_GENERATE_LENGTH:
-        raise ValueError(f"generate: max_length must be in [2, {MAX_GENERATE_LENGTH}] (tokens "
-                         f"of prompt, its leading <eos> included, and generated words), got "
-                         f"{max_length}.")
-
-
-def _checked_stop_token_ids(stop_token_ids, vocab_size):
-    """`stop_token_ids` ("auto", None, or int ids in [0, V)) as keras-hub takes them."""
-    if stop_token_ids is None or (isinstance(stop_token_ids, str) and stop_token_ids == "auto"):
-        return stop_token_ids
-    expected = (f"expected 'auto', None or a list of int ids in [0, {vocab_size}) (a word's "
-                "id: model.preprocessor.tokenizer.token_to_id(word))")
-    if not isinstance(stop_token_ids, (list, tuple)):
-        raise ValueError(f"generate: stop_token_ids={stop_token_ids!r}: {expected}.")
-    for token in stop_token_ids:
-        if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
-            raise ValueError(f"generate: stop_token_ids holds {token!r}: {expected}.")
-        if not 0 <= token < vocab_size:
-            raise ValueError(f"generate: stop_token_ids holds the id {int(token)}, outside the "
-                             f"vocabulary: {expected}.")
-    return [int(token) for token in stop_token_ids]
-
-
-def _longest_prompt(preprocessor, inputs):
-    """Tokens of the longest prompt in `inputs` (str or list of str), its leading `<eos>`
-    included; None for other inputs (ids, datasets), whose length the caller gives."""
-    if isinstance(inputs, str):
-        inputs = [inputs]
-    if not (isinstance(inputs, (list, tuple)) and inputs
-            and all(isinstance(text, str) for text in inputs)):
-        return None
-    if preprocessor.vocabulary is None:
-        return None  # the preprocessor's own error follows
-    tokens = preprocessor.tokenizer.tokenize(list(inputs), finish_last_line=False)
-    return 1 + max(len(row) for row in tokens)
-
-
-def _as_array_if_list_of_ids(x):
-    """A Python list of ids as a NumPy array (checked like one); other inputs unchanged."""
-    if isinstance(x, (list, tuple)) and not any(isinstance(v, (str, bytes)) for v in x):
-        try:
-            return np.asarray(x)
-        except ValueError:  # ragged rows: the Keras adapter names them
-            return x
-    return x
-
-
-def _check_id_arrays(model, x, y, sample_weight=None):
-    """Checks arrays given to `fit`/`evaluate` before a compiled step, where a bad value cannot
-    raise: ids and targets (`validate_inputs`; floats must hold whole numbers), the weights
-    (finite, >= 0) and that strings are not an empty batch. Datasets are left to the pipeline
-    that made them."""
-    from psmm_tf.models.inputs import validate_inputs
-
-    if _is_empty(x):
-        raise ValueError("x is empty (no text and no ids): expected strings, token ids "
-                         "(batch_size, T) or a dataset with at least one row.")
-    _check_sample_weight(sample_weight)
-    if sample_weight is not None and _holds_texts(x) and np.ndim(sample_weight) != 1:
-        raise ValueError(f"`sample_weight` with texts must hold one weight per text, shape "
-                         f"(batch_size,); got shape {np.shape(sample_weight)}.")
-    mask = None
-    if isinstance(x, dict) and "token_ids" in x:
-        x, mask = x["token_ids"], x.get("padding_mask")
-    if not _is_numeric_array(x) or not (y is None or _is_numeric_array(y)):
-        return
-    if y is None:
-        raise ValueError("fit/evaluate on token ids need targets: give y (the next token of "
-                         "each input token, (batch_size, T)), or give strings.")
-    x = _whole_ids("token_ids", x, model.vocab_size)
-    y = _whole_ids("target_ids", y, model.vocab_size)
-    validate_inputs(model, x, target_ids=y, padding_mask=mask)
-
-
-def _holds_texts(x):
-    if isinstance(x, str) or (isinstance(x, (list, tuple)) and x
-                              and all(isinstance(v, str) for v in x)):
-        return True
-    return hasattr(x, "dtype") and not _is_numeric_array(x) and not isinstance(x, dict)
-
-
-def _is_empty(x):
-    shape = getattr(x, "shape", None)
-    if isinstance(x, (list, tuple)):
-        return len(x) == 0
-    return shape is not None and len(shape) > 0 and 0 in tuple(shape)
-
-
-def _whole_ids(name, ids, vocab_size):
-    """Float ids holding whole numbers in `[0, vocab_size)` as int64; other floats refused."""
-    array = np.asarray(ids)
-    if array.dtype.kind != "f":
-        return array
-    whole = np.isfinite(array) & (array == np.round(array))
-    if not whole.all():
-        raise ValueError(f"`{name}` holds {float(array[~whole].flat[0])}: expected integer ids "
-                         f"(whole numbers) in the vocabulary [0, {vocab_size}).")
-    outside = (array < 0) | (array >= vocab_size)
-    if outside.any():  # checked as floats: a cast would wrap 1e30
-        value = float(array[outside].flat[0])
-        raise ValueError(f"`{name}` holds the id {int(value) if abs(value) < 2**63 else value}"
-                         f", outside the vocabulary [0, {vocab_size}).")
-    return array.astype(np.int64)
-
-
-def _check_sample_weight(sample_weight):
-    if sample_weight is None:
-        return
-    try:
-        weights = np.asarray(sample_weight, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"`sample_weight` must be numbers, (batch_size,) or (batch_size, T); "
-                         f"got {type(sample_weight).__name__}.") from None
-    bad = ~np.isfinite(weights) | (weights < 0)
-    if bad.any():
-        raise ValueError(f"`sample_weight` holds {float(weights[bad].flat[0])} at index "
-                         f"{tuple(int(i) for i in np.argwhere(bad)[0])}: expected finite "
-                         "weights >= 0.")
-
-
-def _is_numeric_array(value):
-    """Whether `value` is an array or tensor of numbers (not strings)."""
-    if not hasattr(value, "shape") or getattr(value, "dtype", None) is None:
-        return False
-    try:
-        name = keras.backend.standardize_dtype(value.dtype)
-    except (TypeError, ValueError):  # NumPy strings, objects
-        return False
-    return name == "bool" or name.startswith(("int", "uint", "float", "bfloat"))
-
-
-def fit_targets(x, y, sample_weight):
-    """The targets `(batch_size, T)` and their weights of a `fit`/`evaluate` batch.
-
-    `y` holds the targets; the weights are `sample_weight`, else the input dict's
-    `padding_mask`, else 1.
-    """
-    if y is None:
-        raise ValueError("fit/evaluate need targets: give y (the next token of each input "
-                         "token) or strings through the preprocessor.")
-    if sample_weight is None and isinstance(x, dict) and "padding_mask" in x:
-        sample_weight = x["padding_mask"]
-    if sample_weight is None:
-        sample_weight = ops.ones(ops.shape(y), "float32")
-    return ops.cast(y, "int32"), ops.cast(sample_weight, "float32")
-
-
-def _held_texts(inputs):
-    """`inputs` as a str or a list of str where it holds text as bytes (or a list of them), in a
-    NumPy array or in an eager string tensor of rank 0 or 1 (bytes read as UTF-8), so every form
-    of a text prompt keeps its words outside the vocabulary; other inputs as they are."""
-    if isinstance(inputs, bytes) or (isinstance(inputs, np.ndarray)
-                                     and inputs.dtype.kind in "USO"):
-        values = np.asarray(inputs)
-    elif (isinstance(inputs, (list, tuple)) and inputs
-          and all(isinstance(value, bytes) for value in inputs)):
-        values = np.asarray(list(inputs), dtype=object)
-    elif getattr(getattr(inputs, "dtype", None), "name", None) == "string":
-        try:  # an eager tf.string tensor; a symbolic one is left to keras-hub's path
-            values = np.asarray(inputs.numpy())
-        except (AttributeError, NotImplementedError, TypeError):
-            return inputs
-    else:
-        return inputs
-    if values.ndim > 1:
-        return inputs
-    texts = []
-    for index, value in enumerate(values.reshape(-1).tolist()):
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(f"generate: prompt {index} is not UTF-8 text ({err}).") from None
-        if not isinstance(value, str):
-            return inputs
-        texts.append(value)
-    return texts[0] if values.ndim == 0 else texts
-
-
-def _is_text_list(inputs):
-    return isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and bool(inputs)
-                                       and all(isinstance(text, str) for text in inputs))
-
-
-def _generated_part(outputs, prompts):
-    """keras-hub's `strip_prompt`: each row's generated tokens moved to its start (and its
-    mask True on them only)."""
-    prompt_mask = ops.convert_to_tensor(prompts["padding_mask"], "bool")
-    length = ops.shape(prompt_mask)[1]
-    shifts = ops.sum(ops.cast(prompt_mask, "int32"), axis=1)
-    index = ops.mod(ops.arange(length, dtype="int32")[None, :] + shifts[:, None], length)
-
-    def roll(values):
-        return ops.take_along_axis(ops.convert_to_tensor(values), index, axis=1)
-
-    return {"token_ids": roll(outputs["token_ids"]),
-            "padding_mask": ops.logical_xor(roll(prompt_mask), roll(outputs["padding_mask"]))}
-
-
-def _up_to_first_stop(token_ids, prompt_mask, stop_token_ids):
-    """True up to and including each row's first generated stop token (all True without)."""
-    if stop_token_ids is None:
-        return ops.ones_like(token_ids, dtype="bool")
-    generated = ops.logical_not(prompt_mask)
-    is_stop = ops.zeros_like(prompt_mask)
-    for stop in stop_token_ids:
-        is_stop = ops.logical_or(is_stop, ops.equal(token_ids, stop))
-    stops = ops.cast(ops.logical_and(is_stop, generated), "int32")
-    return ops.equal(ops.cumsum(stops, axis=1) - stops, 0)

@@ -16,7 +16,7 @@ import numpy as np
 
 from psmm_tf import testing
 from psmm_tf.models import PointerSentinelLM, read_model_file
-from psmm_tf.models.causal_lm import MAX_GENERATE_LENGTH
+from psmm_tf.models.generation import MAX_GENERATE_LENGTH
 
 WORDS = testing.TINY_WORDS
 _task = testing.tiny_task
