@@ -84,8 +84,7 @@ class _Run:
                          / run_files.CHECKPOINT_DIR)
         self.manager = checkpointing.make_manager(self.checkpoint, str(directory),
                                                   train.keep_checkpoints)
-        self.evaluator = Evaluator(self.model, train.eval_batch_size, train.eval_length,
-                                   jit_compile=self.jit_compile)
+        self.evaluator = self.new_evaluator(self.model)
         self.reporter = reporting.Reporter(workdir, enabled=self.chief, verbose=verbose)
         logging.info("%s: %d replica(s), XLA %s, C=%d T=%d B=%d, %d steps per epoch.",
                      config.model.kind, strategy.num_replicas_in_sync,
@@ -133,6 +132,13 @@ class _Run:
         # A resumed run may have a new max_epochs; the schedule's counters come from the file.
         self.schedule.max_epochs = self.config.train.max_epochs
         return path is not None
+
+    def new_evaluator(self, model):
+        """An `Evaluator` of `model` with the run's evaluation settings (each traces its own
+        functions: a changed gate calibration needs a new one)."""
+        train = self.config.train
+        return Evaluator(model, train.eval_batch_size, train.eval_length,
+                         jit_compile=self.jit_compile)
 
     def num_steps(self):
         train = self.config.train
@@ -237,19 +243,15 @@ class _Run:
                 best, self.corpus.ids["valid"][:max_tokens],
                 self.corpus.spelling("valid", stop=max_tokens)))
         if "test" in self.corpus.ids:
-            evaluator = Evaluator(best, self.config.train.eval_batch_size,
-                                  self.config.train.eval_length, jit_compile=self.jit_compile)
-            test = evaluator.evaluate(self.corpus.ids["test"], max_tokens=max_tokens,
-                                      spelling=self.corpus.spelling("test"))
+            test = self.new_evaluator(best).evaluate(
+                self.corpus.ids["test"], max_tokens=max_tokens,
+                spelling=self.corpus.spelling("test"))
             results.update(test_perplexity=test.perplexity, test_mean_gate=test.mean_gate)
             calibration = (best.pointer.gate_calibration
                            if pointer_diagnostics.has_sentinel_pointer(best) else None)
             if calibration is not None:  # the paper's model too: the gate as trained
                 best.set_gate_calibration(None)  # a new evaluator: the first traced the gate
-                trained_gate = Evaluator(best, self.config.train.eval_batch_size,
-                                         self.config.train.eval_length,
-                                         jit_compile=self.jit_compile)
-                results["trained_gate_test_perplexity"] = trained_gate.evaluate(
+                results["trained_gate_test_perplexity"] = self.new_evaluator(best).evaluate(
                     self.corpus.ids["test"], max_tokens=max_tokens,
                     spelling=self.corpus.spelling("test")).perplexity
         run_files.write_json_atomic(self.workdir / run_files.RESULTS_FILE, results)
