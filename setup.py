@@ -77,7 +77,7 @@ setup(
         "tensorflow>=2.20,<2.22",
         # PredictionLog protos for the SavedModel warmup file and the gRPC scoring client.
         "tensorflow-serving-api>=2.20,<2.22",
-        "keras>=3.3",
+        "keras>=3.15",  # keras-hub 0.32's floor
         # The tasks are keras-hub CausalLMs (generate, samplers, presets, string pipelines);
         # its preprocessing runs on TensorFlow (tensorflow-text comes with it).
         "keras-hub>=0.32,<1.0",

@@ -39,6 +39,7 @@ class KillAndResumeTest(tf.test.TestCase):
         self.assertEqual(process.wait(), -signal.SIGKILL)
         self.assertFalse((killed / "history.json").exists(), "killed after the first epoch")
         logged_before = reporting.read_step_losses(killed)
+        initial_pointer = (killed / "initial_pointer.npz").read_bytes()
 
         resumed = run_script("trainers/train.py", FLAGS + [f"--workdir={killed}"])
         self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
@@ -51,7 +52,9 @@ class KillAndResumeTest(tf.test.TestCase):
         self.assertGreaterEqual(len(logged_before), 40)
         for key, loss in expected.items():
             self.assertAllClose(actual[key], loss, rtol=1e-6, atol=1e-6, msg=str(key))
-        # The resume kept the pointer as initialised (psmm-evaluate's diagnostics read it).
+        # The resume kept the pointer as initialised (psmm-evaluate's diagnostics read it): the
+        # file as the killed start wrote it, the reference run's weights.
+        self.assertEqual((killed / "initial_pointer.npz").read_bytes(), initial_pointer)
         initial = [pointer_diagnostics.load_initial_pointer_weights(run / "initial_pointer.npz")
                    for run in (reference, killed)]
         self.assertEqual(sorted(initial[1]), sorted(initial[0]))

@@ -262,7 +262,18 @@ class LSTMBackbone(keras_hub.models.Backbone):
 
     def save_to_preset(self, preset_dir, max_shard_size=10):
         """keras-hub's `Backbone.save_to_preset`; a mixed policy saved as its variables' float
-        dtype (`save_mixed_policy_as_float`), so keras-hub's loaders read the preset."""
+        dtype (`save_mixed_policy_as_float`), so keras-hub's loaders read the preset.
+
+        Raises:
+            FileExistsError: `preset_dir` holds a backbone's preset file (config.json, a psmm-train
+                run's among them, metadata.json or the weights), never replaced; nothing is
+                written.
+        """
+        for name in _BACKBONE_PRESET_FILES:
+            path = os.path.join(os.fspath(preset_dir), name)
+            if os.path.lexists(path):
+                raise FileExistsError(f"{path} exists: save_to_preset never replaces a file; "
+                                      "give an empty or new folder.")
         super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
         save_mixed_policy_as_float(preset_dir)
 
@@ -338,6 +349,12 @@ def preset_dtype(preset, dtype=None, load_weights=True):
     return config["config"]["dtype"]
 
 
+# The files `Backbone.save_to_preset` writes (task.json and task.weights.h5 are a task's).
+_BACKBONE_PRESET_FILES = (preset_utils.CONFIG_FILE, preset_utils.METADATA_FILE,
+                          preset_utils.MODEL_WEIGHTS_FILE,
+                          preset_utils.SHARDED_MODEL_WEIGHTS_CONFIG_FILE)
+
+
 def save_mixed_policy_as_float(preset_dir):
     """Rewrites the backbone's dtype policy in the preset folder's `config.json` from a mixed
     policy (`mixed_bfloat16`, as psmm-train's `--mixed_precision` trains) to its variables' float
@@ -358,8 +375,14 @@ def save_mixed_policy_as_float(preset_dir):
     if not (isinstance(name, str) and name.startswith("mixed_")):
         return
     policy["config"]["name"] = keras.dtype_policies.get(name).variable_dtype
-    with open(config_file, "w") as f:
-        json.dump(config, f, indent=4)
+    tmp = config_file + ".tmp"  # never a cut config.json beside the weights
+    try:
+        with open(tmp, "w") as f:
+            json.dump(config, f, indent=4)
+        os.replace(tmp, config_file)
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
 
 
 def check_subclassed(cls):

@@ -148,7 +148,8 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 "auto" on the other backends (JAX: `fit` compiled with `jax.jit`).
 
         Raises:
-            ValueError: `sampler` is not one of `SAMPLER_NAMES` or a keras-hub sampler.
+            ValueError: `sampler` is not one of `generation.SAMPLER_NAMES` or a keras-hub
+                sampler.
         """
         if optimizer == "auto":
             optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=5.0)
@@ -300,9 +301,10 @@ class RecurrentCausalLM(keras_hub.models.CausalLM):
                 be copied; ids as a dict of `token_ids` and `padding_mask`
                 `(batch_size, S)` with `preprocessor=None`, ids `V + j` read as `<unk>` and
                 copied as themselves) or a dataset.
-            max_length: optional int in `[2, MAX_GENERATE_LENGTH]` (4096): tokens of prompt (its
-                leading `<eos>` included) and generated words together; it must exceed the
-                longest prompt's length (default: the preprocessor's `sequence_length`).
+            max_length: optional int in `[2, generation.MAX_GENERATE_LENGTH]`: tokens of
+                prompt (its leading `<eos>` included) and generated words together; it must
+                exceed the longest prompt's length (default: the preprocessor's
+                `sequence_length`).
             stop_token_ids: "auto" (`<eos>`), None, or a list or tuple of int ids in `[0, V)`.
             strip_prompt: bool, as keras-hub's.
 

@@ -232,8 +232,27 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"`padding_mask` has dtype bool and shape "
                                                 r"\(2, 6\)"):
             traced(lambda ids: model.score(ids, np.ones((2, 6), bool)), x)
+        with self.assertRaisesRegex(ValueError, r"`token_ids` has dtype int32 and shape "
+                                                r"\(2, 0\): .* T >= 1"):
+            traced(model.score, x[:, :0])
         with self.assertRaisesRegex(ValueError, r"'loss' needs target_ids"):
             traced(lambda ids: model.score(ids, scoring_mode="loss"), x)
+
+    @unittest.skipIf(keras.backend.backend() != "tensorflow", "TensorFlow's input signatures")
+    def test_score_in_a_tf_function_of_unknown_batch_and_length(self):
+        model = _trained_looking(_task(), self.rng)
+        x, y = _ids(self.rng, 3, 9)
+        any_ids = tf.TensorSpec([None, None], tf.int32)
+        score = tf.function(lambda ids, targets: model.score(
+            ids, scoring_mode="log_probs", target_ids=targets), input_signature=[any_ids] * 2)
+        for rows, steps in ((3, 9), (1, 4)):
+            self.assertAllClose(score(x[:rows, :steps], y[:rows, :steps]),
+                                model.score(x[:rows, :steps], scoring_mode="log_probs",
+                                            target_ids=y[:rows, :steps]), atol=1e-5)
+        unknown_rank = tf.function(lambda ids: model.score(ids),
+                                   input_signature=[tf.TensorSpec(None, tf.int32)])
+        with self.assertRaisesRegex(ValueError, r"`token_ids` has dtype int32 and shape None"):
+            unknown_rank(x)
 
     @parameterized.named_parameters(*TASKS)
     def test_greedy_generate_is_the_argmax_of_the_full_sequence_mixture(self, cls):
@@ -606,6 +625,11 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
         model.save_to_preset(preset)
         backbone_preset = os.path.join(self.get_temp_dir(), "mixed_backbone")
         model.backbone.save_to_preset(backbone_preset)
+        before = testing.snapshot(preset)  # a backbone never replaces a preset's (or run's) files
+        with self.assertRaisesRegex(FileExistsError, r"config.json exists: save_to_preset never "
+                                                     r"replaces a file"):
+            model.backbone.save_to_preset(preset)
+        self.assertEqual(testing.snapshot(preset), before)
         recorded = os.path.join(self.get_temp_dir(), "recorded_mixed")
         shutil.copytree(preset, recorded)
         with open(os.path.join(recorded, "config.json")) as f:
@@ -822,7 +846,7 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
                          vocabulary)
 
     @unittest.skipUnless(importlib.util.find_spec("tensorboard"), "pip install "
-                         "psmm_tf[tensorboard]: Keras' callback writes through it")
+                         "\".[tensorboard]\": Keras' callback writes through it")
     def test_keras_tensorboard_callback_logs_fit(self):
         # The stock callback on a fit of texts: the loss and the perplexity of every epoch.
         from tensorflow.core.util import event_pb2

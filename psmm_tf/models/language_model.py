@@ -42,13 +42,23 @@ def _traced_input(name, value, dtypes, shape):
     "float", "bool") and its shape `shape` where both are known; ValueError naming it otherwise."""
     value = ops.convert_to_tensor(value)
     dtype = keras.backend.standardize_dtype(value.dtype)
-    fits = len(value.shape) == len(shape) and all(
-        a is None or b is None or a == b for a, b in zip(value.shape, shape, strict=True))
+    given = _static_shape(value)
+    fits = given is not None and len(given) == len(shape) and given[-1] != 0 and all(
+        a is None or b is None or a == b for a, b in zip(given, shape, strict=True))
     if not fits or not any(kind in dtype for kind in dtypes):
         expected = "(batch_size, T)" if shape == (None, None) else f"token_ids' {shape}"
-        raise ValueError(f"`{name}` has dtype {dtype} and shape {tuple(value.shape)}: expected "
-                         f"{' or '.join(dtypes)} values of shape {expected}.")
+        raise ValueError(f"`{name}` has dtype {dtype} and shape {given}: expected "
+                         f"{' or '.join(dtypes)} values of shape {expected}, T >= 1.")
     return ops.cast(value, "int32") if dtypes == ("int",) else value
+
+
+def _static_shape(value):
+    """The static shape of a tensor as a tuple (None for an unknown size), None for an unknown
+    rank."""
+    try:
+        return tuple(value.shape)
+    except ValueError:  # TensorFlow: a shape of unknown rank has no length
+        return None
 
 
 class ScoringMixin:
@@ -66,8 +76,9 @@ class ScoringMixin:
         On concrete inputs it checks their values (`validate_inputs`) and calls its own
         compiled function, reading long rows in pieces. Inside a caller's `tf.function` or
         `jax.jit` (traced inputs) it adds the model's pass to the caller's graph, checking
-        shapes and dtypes only: an id outside `[0, vocab_size)` is then not caught, and under
-        `jax.jit` the weights enter the caller's program as constants.
+        shapes and dtypes only: an id outside `[0, vocab_size)` is then not caught. Under
+        `jax.jit` the weights enter the caller's program as constants of the trace: after
+        `fit` or new weights, jit the function again.
 
         Args:
             token_ids: int `(batch_size, T)`: token `t` is read before `target_ids[:, t]`.

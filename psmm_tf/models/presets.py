@@ -39,6 +39,8 @@ PRESET_DESCRIPTION = (f"a preset is a folder holding {PRESET_CONFIG_FILE} (writt
                       "file")
 # The errors of a write that found the disk (or the quota) full.
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def read_model_file(path, error=ValueError, advice=""):
     """The model in the `.keras` file `path`: the package's one reader of `.keras` files.
 
