@@ -260,6 +260,23 @@ class LSTMBackbone(keras_hub.models.Backbone):
         kwargs["dtype"] = preset_dtype(preset, kwargs.get("dtype"), load_weights)
         return super().from_preset(preset, load_weights=load_weights, **kwargs)
 
+    def load_weights(self, filepath, *args, **kwargs):
+        """Keras' `load_weights`. Raises a ValueError naming the loaders to use where the weights
+        are a quantized preset's and this backbone was built without its quantized layers (as
+        keras-hub 0.32's own `Backbone.from_preset` builds it: it drops the saved policies)."""
+        try:
+            return super().load_weights(filepath, *args, **kwargs)
+        except ValueError as err:
+            quantized = _quantized_preset_layers(os.path.dirname(os.fspath(filepath)))
+            if not quantized or any(layer.quantization_mode for layer in self._flatten_layers()):
+                raise
+            preset = os.path.dirname(os.fspath(filepath))
+            raise ValueError(
+                f"preset {preset!r} holds a quantized backbone ({', '.join(quantized)}), built "
+                f"here without its quantized layers (keras-hub 0.32's Backbone.from_preset drops "
+                f"their saved policies); load it with psmm_tf.models.LSTMBackbone.from_preset"
+                f"({preset!r}) or a task's from_preset.") from err
+
     def save_to_preset(self, preset_dir, max_shard_size=10):
         """keras-hub's `Backbone.save_to_preset`; a mixed policy saved as its variables' float
         dtype (`save_mixed_policy_as_float`), so keras-hub's loaders read the preset.
@@ -353,6 +370,19 @@ def preset_dtype(preset, dtype=None, load_weights=True):
 _BACKBONE_PRESET_FILES = (preset_utils.CONFIG_FILE, preset_utils.METADATA_FILE,
                           preset_utils.MODEL_WEIGHTS_FILE,
                           preset_utils.SHARDED_MODEL_WEIGHTS_CONFIG_FILE)
+
+
+def _quantized_preset_layers(preset_dir):
+    """The names of the quantized layers the preset folder's `config.json` records (its
+    `DTypePolicyMap`); empty where it records none or cannot be read."""
+    try:
+        with open(os.path.join(preset_dir, preset_utils.CONFIG_FILE)) as f:
+            policy = json.load(f).get("config", {}).get("dtype")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not (isinstance(policy, dict) and policy.get("class_name") == "DTypePolicyMap"):
+        return []
+    return sorted(path.split("/")[-1] for path in policy.get("config", {}).get("policy_map", {}))
 
 
 def save_mixed_policy_as_float(preset_dir):

@@ -590,6 +590,12 @@ class CausalLMTest(testing.TestCase, parameterized.TestCase):
                 load()
         with self.assertRaisesRegex(ValueError, r"has no config\.json"):
             LSTMBackbone.from_preset(self.get_temp_dir())
+        # keras-hub's own backbone loader drops the saved policies: its failure names the
+        # loaders that keep them.
+        with self.assertRaisesRegex(ValueError, r"holds a quantized backbone \(embedding\), "
+                                                r"built here without its quantized layers .*"
+                                                r"LSTMBackbone\.from_preset"):
+            keras_hub.models.Backbone.from_preset(preset)
 
     def test_a_built_task_takes_a_new_preprocessor_and_no_other_new_state(self):
         # keras-hub's tasks take `task.preprocessor = ...` at any time; a built subclassed
