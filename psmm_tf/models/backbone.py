@@ -267,10 +267,10 @@ class LSTMBackbone(keras_hub.models.Backbone):
         try:
             return super().load_weights(filepath, *args, **kwargs)
         except ValueError as err:
-            quantized = _quantized_preset_layers(os.path.dirname(os.fspath(filepath)))
+            preset = os.path.dirname(os.fspath(filepath))
+            quantized = _quantized_preset_layers(preset)
             if not quantized or any(layer.quantization_mode for layer in self._flatten_layers()):
                 raise
-            preset = os.path.dirname(os.fspath(filepath))
             raise ValueError(
                 f"preset {preset!r} holds a quantized backbone ({', '.join(quantized)}), built "
                 f"here without its quantized layers (keras-hub 0.32's Backbone.from_preset drops "
@@ -286,11 +286,7 @@ class LSTMBackbone(keras_hub.models.Backbone):
                 run's among them, metadata.json or the weights), never replaced; nothing is
                 written.
         """
-        for name in _BACKBONE_PRESET_FILES:
-            path = os.path.join(os.fspath(preset_dir), name)
-            if os.path.lexists(path):
-                raise FileExistsError(f"{path} exists: save_to_preset never replaces a file; "
-                                      "give an empty or new folder.")
+        refuse_existing_files(preset_dir, _BACKBONE_PRESET_FILES)
         super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
         save_mixed_policy_as_float(preset_dir)
 
@@ -348,14 +344,12 @@ def preset_dtype(preset, dtype=None, load_weights=True):
     if not preset_utils.check_file_exists(preset, preset_utils.CONFIG_FILE):
         return dtype  # keras-hub's loader names what is missing
     saved = preset_utils.load_json(preset, preset_utils.CONFIG_FILE).get("config", {}).get("dtype")
-    if not (isinstance(saved, dict) and saved.get("class_name") == "DTypePolicyMap"):
-        name = saved.get("config", {}).get("name") if isinstance(saved, dict) else None
-        if dtype is None and isinstance(name, str) and name.startswith("mixed_"):
+    layers = _quantized_layer_names(saved)
+    if not layers:
+        if dtype is None and _mixed_policy_name(saved):
             return keras.config.dtype_policy().name
         return dtype
     if not load_weights:
-        layers = sorted(path.split("/")[-1]
-                        for path in saved.get("config", {}).get("policy_map", {}))
         raise ValueError(f"preset {preset!r} holds a quantized backbone ({', '.join(layers)}): "
                          f"it loads only with its weights (load_weights=False would give "
                          f"quantized layers of zeros); use the float model it was quantized "
@@ -372,17 +366,40 @@ _BACKBONE_PRESET_FILES = (preset_utils.CONFIG_FILE, preset_utils.METADATA_FILE,
                           preset_utils.SHARDED_MODEL_WEIGHTS_CONFIG_FILE)
 
 
-def _quantized_preset_layers(preset_dir):
-    """The names of the quantized layers the preset folder's `config.json` records (its
-    `DTypePolicyMap`); empty where it records none or cannot be read."""
-    try:
-        with open(os.path.join(preset_dir, preset_utils.CONFIG_FILE)) as f:
-            policy = json.load(f).get("config", {}).get("dtype")
-    except (OSError, ValueError, AttributeError):
-        return []
+def refuse_existing_files(folder, names):
+    """Raises FileExistsError naming the first of `names` that exists in `folder`: a preset is
+    saved into an empty or new folder, never over another's files."""
+    for name in names:
+        path = os.path.join(os.fspath(folder), name)
+        if os.path.lexists(path):
+            raise FileExistsError(f"{path} exists: save_to_preset never replaces a file; give "
+                                  "an empty or new folder.")
+
+
+def _quantized_layer_names(policy):
+    """The names of the quantized layers a saved backbone policy records (a serialized
+    `DTypePolicyMap`); empty for any other policy."""
     if not (isinstance(policy, dict) and policy.get("class_name") == "DTypePolicyMap"):
         return []
     return sorted(path.split("/")[-1] for path in policy.get("config", {}).get("policy_map", {}))
+
+
+def _mixed_policy_name(policy):
+    """The name of a saved mixed policy (`mixed_bfloat16`, ...); None for any other policy."""
+    if not isinstance(policy, dict) or _quantized_layer_names(policy):
+        return None
+    name = policy.get("config", {}).get("name")
+    return name if isinstance(name, str) and name.startswith("mixed_") else None
+
+
+def _quantized_preset_layers(preset_dir):
+    """`_quantized_layer_names` of the policy the preset folder's `config.json` records; empty
+    where it cannot be read."""
+    try:
+        with open(os.path.join(preset_dir, preset_utils.CONFIG_FILE)) as f:
+            return _quantized_layer_names(json.load(f).get("config", {}).get("dtype"))
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def save_mixed_policy_as_float(preset_dir):
@@ -399,10 +416,8 @@ def save_mixed_policy_as_float(preset_dir):
     with open(config_file) as f:
         config = json.load(f)
     policy = config.get("config", {}).get("dtype")
-    if not isinstance(policy, dict) or policy.get("class_name") != "DTypePolicy":
-        return
-    name = policy.get("config", {}).get("name")
-    if not (isinstance(name, str) and name.startswith("mixed_")):
+    name = _mixed_policy_name(policy)
+    if name is None:
         return
     policy["config"]["name"] = keras.dtype_policies.get(name).variable_dtype
     tmp = config_file + ".tmp"  # never a cut config.json beside the weights

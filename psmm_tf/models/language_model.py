@@ -119,8 +119,8 @@ class ScoringMixin:
         mask = (ops.ones_like(token_ids, dtype="bool") if padding_mask is None else ops.cast(
             _traced_input("padding_mask", padding_mask, ("bool", "int", "float"), shape), "bool"))
         token_ids = ops.where(mask, token_ids, 0)
-        target_ids = (ops.zeros_like(token_ids) if target_ids is None else
-                      ops.where(mask, _traced_input("target_ids", target_ids, ("int",), shape), 0))
+        target_ids = (ops.zeros_like(token_ids) if target_ids is None
+                      else _traced_input("target_ids", target_ids, ("int",), shape))
         batch_size = ops.shape(token_ids)[0]
         function = self._score_logits if scoring_mode == "logits" else self._score
         result = function(token_ids, target_ids, mask, self.zero_state(batch_size),

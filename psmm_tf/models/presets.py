@@ -19,7 +19,7 @@ import keras_hub
 from keras import ops
 from keras_hub.src.utils import preset_utils
 
-from psmm_tf.models.backbone import LSTMBackbone, preset_dtype
+from psmm_tf.models.backbone import LSTMBackbone, preset_dtype, refuse_existing_files
 
 # A preset folder is keras-hub's layout (`save_to_preset`), its names keras-hub's; a psmm-train
 # run folder (`psmm_tf.workdir`) holding the model's `.keras` file loads as a preset too.
@@ -183,10 +183,7 @@ def check_new_preset_folder(path):
     if os.path.lexists(path) and not os.path.isdir(path):
         raise FileExistsError(f"save_to_preset: {path} exists and is not a folder; give an "
                               "empty or new folder.")
-    for name in PRESET_FILES:
-        if os.path.lexists(os.path.join(path, name)):
-            raise FileExistsError(f"{os.path.join(path, name)} exists: save_to_preset never "
-                                  "replaces a file; give an empty or new folder.")
+    refuse_existing_files(path, PRESET_FILES)
 
 
 def add_psmm_tf_metadata(path, class_name):
