@@ -2,6 +2,12 @@
 // TensorFlow's headers, which take most of a kernel's compile, are parsed once for all five
 // (docs/results.md, "The native kernels' first-use build").
 
+// On a CPU with AVX512-FP16, -march=native defines __AVX512FP16__ and Eigen (TensorFlow's
+// headers) then compiles its half-precision packet math, which g++ 12 rejects. The kernels do no
+// half-precision arithmetic, so Eigen is built without it; the intrinsics headers do not read
+// the macro, only Eigen's configuration does.
+#undef __AVX512FP16__
+
 #include "zoneout_cell.cc"
 #include "zoneout_keep.cc"
 #include "recurrent_product.cc"
