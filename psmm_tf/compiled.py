@@ -10,20 +10,21 @@ of its own code.
 import keras
 
 
-def inference_function(model, function):
+def inference_function(model, function, jit_compile=False):
     """`function(*args)`, compiled, reading `model`'s current variables at every call.
 
     Args:
         model: the `keras.Model` whose variables `function` reads (not writes).
         function: a Python function of tensors (nested structures allowed) built from the
             model's calls.
+        jit_compile: bool. On TensorFlow, XLA-compile the graph (`jax.jit` always does).
 
     Returns:
         A callable with `function`'s arguments and results.
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        return graph_function(function, reduce_retracing=True)
+        return graph_function(function, reduce_retracing=True, jit_compile=jit_compile)
     if backend == "jax":
         import jax
 

@@ -566,6 +566,11 @@ def mains_in_one_process(module, argvs, env=None, timeout=300, process_env=None)
     return [tuple(result) for result in json.loads(line.split(" ", 1)[1])]
 
 
+def main():
+    """Runs a test module's tests when the file is run directly (`python x_test.py`)."""
+    tf.test.main()
+
+
 class TestCase(tf.test.TestCase):
     """`tf.test.TestCase` with a fixed seed per test.
 

@@ -1,6 +1,6 @@
 """The package on a host with JAX and no TensorFlow (the GPU hosts of docs/results.md): the
-models, layers, losses and `JaxTrainStep` import and train; the text pipeline says it needs
-TensorFlow.
+models, layers, losses and `JaxTrainStep` import and train, `Evaluator` and the pointer
+diagnostics score text exactly; the text pipeline says it needs TensorFlow.
 
 Each child runs with KERAS_BACKEND=jax; the one without TensorFlow sets
 `sys.modules["tensorflow"] = None`, so every `import tensorflow` in it raises ImportError, as on
@@ -8,6 +8,8 @@ a host where it is not installed.
 """
 
 import json
+
+import numpy as np
 
 from psmm_tf import testing
 
@@ -49,8 +51,17 @@ STEP_CODE = """
         empty_tokenizer = "built"
     except ImportError as error:
         empty_tokenizer = str(error)
+    from psmm_tf.evaluation import Evaluator
+    from psmm_tf.evaluation.pointer_diagnostics import collect_pointer_records
+    ids = rng.integers(0, 50, 40).astype("int32")
+    whole = keras.ops.convert_to_numpy(
+        model.score_with_state(ids[None, :-1], ids[None, 1:])["log_probs"])[0]
+    result = Evaluator(model, length=7).evaluate(ids, collect=True)
+    records = collect_pointer_records(model, ids, length=7)
     from psmm_tf.models import tokenizer as tokenizer_module
     print(json.dumps({{"losses": losses, "tokenizer": tokenizer,
+                      "whole_nll": (-whole).tolist(), "evaluator_nll": result.nll.tolist(),
+                      "records_log_prob": records["log_prob"].tolist(),
                       "empty_tokenizer": empty_tokenizer,
                       "tensorflow_found": tokenizer_module.tf is not None}}))
 """
@@ -79,6 +90,13 @@ class WithoutTensorFlowTest(testing.TestCase):
         self.assertLess(losses[1], losses[0])  # it learns the batch
         self.assertEqual(self.with_tensorflow["tokenizer"], "built")
         self.assertAllClose(losses, self.with_tensorflow["losses"], rtol=1e-6)
+
+    def test_exact_evaluation_and_pointer_records_equal_scoring_the_text_whole(self):
+        whole = np.array(self.without["whole_nll"])
+        self.assertEqual(len(whole), 39)
+        # Windows of 7 with state and memory carried: the same -log p as one call on all of it.
+        self.assertAllClose(self.without["evaluator_nll"], whole, atol=1e-5)
+        self.assertAllClose(-np.array(self.without["records_log_prob"]), whole, atol=1e-5)
 
     def test_text_pipeline_names_tensorflow_as_what_is_missing(self):
         for message in (self.without["tokenizer"], self.without["empty_tokenizer"]):

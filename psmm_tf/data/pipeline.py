@@ -22,72 +22,16 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-
-def _check_ids(ids) -> np.ndarray:
-    array = np.asarray(ids)
-    if array.ndim != 1:
-        raise ValueError(f"ids must be a 1-D array of token ids, got shape {array.shape}.")
-    if array.size and not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"ids must be integer token ids, got dtype {array.dtype}.")
-    if array.size and (array.min() < 0 or array.max() > np.iinfo(np.int32).max):
-        raise ValueError(
-            f"ids must lie in [0, 2**31), got values in [{array.min()}, {array.max()}]."
-        )
-    return array.astype(np.int32, copy=False)
-
-
-def _check_spelling(spelling, ids) -> None:
-    if spelling is not None and len(spelling) != len(ids):
-        raise ValueError(f"spelling spells {len(spelling)} tokens; ids has {len(ids)}: give "
-                         "the Spelling of the same tokens (sliced as they are).")
-
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
-    return int(value)
-
-
-def stream_length(num_ids: int, batch_size: int) -> int:
-    """Number of input positions n of each training stream: (num_ids - 1) // batch_size."""
-    return (num_ids - 1) // batch_size
-
-
-def steps_per_epoch(
-    num_ids: int, batch_size: int, num_predicted: int, *, shuffled: bool = False
-) -> int:
-    """Number of elements of `training_windows` for a split of `num_ids` ids.
-
-    Args:
-        num_ids: int. Length of the split's id array.
-        batch_size: int. Number of streams B.
-        num_predicted: int. Predicted positions per window T.
-        shuffled: bool. Whether `shuffle_offset_seed` is set (one window fewer may fit).
-
-    Returns:
-        int. n // T, or (n - T + 1) // T when shuffled, with n = (num_ids - 1) // batch_size.
-    """
-    n = stream_length(num_ids, batch_size)
-    return (n - num_predicted + 1) // num_predicted if shuffled else n // num_predicted
-
-
-def split_into_streams(ids, batch_size: int) -> np.ndarray:
-    """The `batch_size` training streams of a split, as a reference in NumPy.
-
-    Args:
-        ids: array-like of int, 1-D.
-        batch_size: int. Number of streams B.
-
-    Returns:
-        np.ndarray. int32 [B, n + 1]; row b = ids[b * n : (b + 1) * n + 1].
-    """
-    ids = _check_ids(ids)
-    n = stream_length(len(ids), _check_int(batch_size, "batch_size", 1))
-    if n < 1:
-        raise ValueError(f"ids has {len(ids)} tokens: too few for batch_size={batch_size}.")
-    return ids[np.arange(batch_size)[:, None] * n + np.arange(n + 1)[None, :]]
+from psmm_tf.data.windows import (  # noqa: F401 (the pipeline's names)
+    check_ids,
+    check_int,
+    check_spelling,
+    evaluation_steps,
+    evaluation_window_arrays,
+    split_into_streams,
+    steps_per_epoch,
+    stream_length,
+)
 
 
 def training_windows(
@@ -132,11 +76,11 @@ def training_windows(
     Raises:
         ValueError: for a bad argument, or too few ids for one window.
     """
-    ids = _check_ids(ids)
-    _check_spelling(spelling, ids)
-    batch_size = _check_int(batch_size, "batch_size", 1)
-    context_length = _check_int(context_length, "context_length", 0)
-    num_predicted = _check_int(num_predicted, "num_predicted", 1)
+    ids = check_ids(ids)
+    check_spelling(spelling, ids)
+    batch_size = check_int(batch_size, "batch_size", 1)
+    context_length = check_int(context_length, "context_length", 0)
+    num_predicted = check_int(num_predicted, "num_predicted", 1)
     shuffled = shuffle_offset_seed is not None
     num_windows = steps_per_epoch(len(ids), batch_size, num_predicted, shuffled=shuffled)
     if num_windows < 1:
@@ -209,56 +153,13 @@ def training_windows(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def evaluation_steps(num_ids: int, batch_size: int, length: int) -> int:
-    """Number of elements of `evaluation_windows`: ceil(ceil((num_ids - 1) / B) / length)."""
-    n = -(-(num_ids - 1) // batch_size)
-    return -(-n // length)
-
-
 def evaluation_windows(ids, batch_size: int = 1, length: int = 100,
                        spelling=None) -> tf.data.Dataset:
-    """Evaluation windows: every target of the split exactly once, C = 0, padded at the end.
-
-    The split is cut into B streams of n = ceil((len(ids) - 1) / B) input positions (the last
-    stream may be shorter), then into non-overlapping windows of `length` positions. Padding
-    positions (past the end of a stream) hold token 0, mask False, target 0 and weight 0, so
-    the sum of `target_weights` over the dataset is len(ids) - 1.
-
-    Exact evaluation, where every target sees its full history through the carried LSTM state
-    and pointer memory, needs batch_size=1: with B > 1, streams b > 0 start without context.
-
-    Args:
-        ids: array-like of int, 1-D, at least 2 ids.
-        batch_size: int >= 1. Number of streams B.
-        length: int >= 1. Positions per window T.
-        spelling: optional `Spelling` of the same tokens: windows also hold `token_chars`
-            int32 [B, T, max_word_length] (zeros at padding).
-
-    Returns:
-        tf.data.Dataset of dicts with the keys of `training_windows`: `token_ids` int32 [B, T],
-        `token_mask` bool [B, T], `targets` int32 [B, T], `target_weights` float32 [B, T].
-        Cardinality `evaluation_steps(len(ids), B, length)`.
+    """`psmm_tf.data.windows.evaluation_window_arrays` as a tf.data.Dataset (its arguments,
+    checks and windows): every target of the split exactly once, C = 0, padded at the end; one
+    element per window, dicts of [B, T] tensors with the keys of `training_windows` (and
+    `token_chars` [B, T, max_word_length] with `spelling`). Cardinality
+    `evaluation_steps(len(ids), B, length)`.
     """
-    ids = _check_ids(ids)
-    _check_spelling(spelling, ids)
-    batch_size = _check_int(batch_size, "batch_size", 1)
-    length = _check_int(length, "length", 1)
-    if len(ids) < 2:
-        raise ValueError(f"ids has {len(ids)} tokens: evaluation needs at least 2 (one target).")
-    n = -(-(len(ids) - 1) // batch_size)
-    num_windows = -(-n // length)
-    # Windows do not overlap, so all of them together are only ~len(ids) ids: build them in
-    # NumPy at once. positions[k, b, t] = stream position of row b, column t of window k.
-    positions = np.arange(num_windows * length).reshape(num_windows, 1, length)
-    global_index = np.arange(batch_size).reshape(1, batch_size, 1) * n + positions
-    valid = (positions < n) & (global_index < len(ids) - 1)
-    safe = np.where(valid, global_index, 0)
-    features = {
-        "token_ids": np.where(valid, ids[safe], 0).astype(np.int32),
-        "token_mask": valid,
-        "targets": np.where(valid, ids[safe + 1], 0).astype(np.int32),
-        "target_weights": valid.astype(np.float32),
-    }
-    if spelling is not None:
-        features["token_chars"] = spelling.characters(safe) * valid[..., None]
+    features = evaluation_window_arrays(ids, batch_size, length, spelling)
     return tf.data.Dataset.from_tensor_slices(features).prefetch(tf.data.AUTOTUNE)

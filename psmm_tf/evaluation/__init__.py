@@ -9,11 +9,12 @@
 - `analysis`, `figures`, `pointer_diagnostics`: Figure 4, the attention page (Figures 5-12),
   the pointer's diagnostics.
 
-`NeuralCache` and its settings are written with `keras.ops` and load on any Keras backend; the
-names that need TensorFlow's input pipeline (`Evaluator`, `EvaluationResult`,
-`load_trained_run`) are imported on first use.
+`Evaluator`, `NeuralCache` and its settings are written with `keras.ops` and NumPy windows and
+run on any Keras backend, TensorFlow not installed; `load_trained_run`, which reads a run's corpus
+through its TFDS builder, is imported on first use.
 """
 
+from psmm_tf.evaluation.evaluator import EvaluationResult, Evaluator
 from psmm_tf.evaluation.neural_cache import (
     CacheSettings,
     NeuralCache,
@@ -21,15 +22,12 @@ from psmm_tf.evaluation.neural_cache import (
     check_cache_settings,
 )
 
-_LAZY = {"Evaluator": "evaluator", "EvaluationResult": "evaluator",
-         "load_trained_run": "trained_run"}
-
 
 def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+    if name == "load_trained_run":
+        from psmm_tf.evaluation.trained_run import load_trained_run
 
-        return getattr(importlib.import_module(f"psmm_tf.evaluation.{_LAZY[name]}"), name)
+        return load_trained_run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -16,9 +16,10 @@ import dataclasses
 import math
 
 import numpy as np
+from keras import ops
 
-from psmm_tf.compiled import graph_function
-from psmm_tf.data.pipeline import evaluation_windows
+from psmm_tf.compiled import inference_function
+from psmm_tf.data.windows import iter_evaluation_windows
 
 
 @dataclasses.dataclass
@@ -54,7 +55,10 @@ class Evaluator:
         batch_size: int. Streams B read side by side (1: exact).
         length: int. Window length T of a step (speed; in float32 results do not depend on it,
             under a 16-bit policy to about 1e-5: the module's docstring).
-        jit_compile: bool. XLA-compile the step.
+        jit_compile: bool. XLA-compile the step on TensorFlow (on JAX it always is).
+
+    It runs on every Keras backend: the windows are NumPy arrays, the step is compiled by
+    `psmm_tf.compiled.inference_function` (`tf.function`, `jax.jit`, eager elsewhere).
 
     Example:
     ```python
@@ -74,7 +78,7 @@ class Evaluator:
         self.model = model
         self.batch_size = batch_size
         self.length = length
-        self._step = graph_function(self._scores, jit_compile=jit_compile)
+        self._step = inference_function(model, self._scores, jit_compile=jit_compile)
 
     def evaluate(self, ids, max_tokens=None, collect=False, attention_positions=(),
                  spelling=None):
@@ -106,12 +110,12 @@ class Evaluator:
         nll = np.zeros(num_targets) if collect else None
         gate = np.zeros(num_targets, np.float32) if collect else None
         attention = {}
-        windows = evaluation_windows(ids, batch_size=self.batch_size, length=self.length,
-                                     spelling=spelling)
+        windows = iter_evaluation_windows(ids, batch_size=self.batch_size, length=self.length,
+                                          spelling=spelling)
         for k, batch in enumerate(windows):
             log_probs, gates, state, memory, extra = self._step(batch, state, memory)
-            weights = batch["target_weights"].numpy()
-            log_probs, gates = log_probs.numpy(), gates.numpy()
+            weights = batch["target_weights"]
+            log_probs, gates = ops.convert_to_numpy(log_probs), ops.convert_to_numpy(gates)
             nll_sum -= float(np.sum(log_probs.astype(np.float64) * weights))
             gate_sum += float(np.sum(gates * weights))
             # Target index of row b, column t: b * stream + k * length + t.
@@ -133,7 +137,8 @@ class Evaluator:
         rows, cols = np.nonzero(valid & np.isin(index, list(wanted)))
         if not len(rows):
             return
-        weights, key_ids = extra["attention"].numpy(), extra["key_ids"].numpy()
+        weights = ops.convert_to_numpy(extra["attention"])
+        key_ids = ops.convert_to_numpy(extra["key_ids"])
         size = self.model.window_size
         num_memory = key_ids.shape[1] - self.length
         for b, t in zip(rows, cols, strict=True):

@@ -3,9 +3,9 @@
 import math
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from psmm_tf import configs
+from psmm_tf import configs, testing
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.models import build_model
 
@@ -17,7 +17,7 @@ def _model(kind, window_size=6):
     return build_model(config)
 
 
-class EvaluatorTest(tf.test.TestCase):
+class EvaluatorTest(testing.TestCase):
     def setUp(self):
         super().setUp()
         self.ids = np.random.default_rng(0).integers(0, 23, size=61).astype(np.int32)
@@ -25,7 +25,8 @@ class EvaluatorTest(tf.test.TestCase):
     def one_piece_log_probs(self, model):
         """-log p of every target with the whole text in one call (no carried state)."""
         out = model.score_with_state(self.ids[None, :-1], self.ids[None, 1:])
-        return -out["log_probs"].numpy()[0].astype(np.float64), out["gate"].numpy()[0]
+        log_probs, gate = ops.convert_to_numpy(out["log_probs"]), ops.convert_to_numpy(out["gate"])
+        return -log_probs[0].astype(np.float64), gate[0]
 
     def test_psmm_perplexity_is_exact_for_any_window_length(self):
         model = _model("psmm")
@@ -64,4 +65,4 @@ class EvaluatorTest(tf.test.TestCase):
 
 
 if __name__ == "__main__":
-    tf.test.main()
+    testing.main()

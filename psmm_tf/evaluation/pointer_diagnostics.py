@@ -32,11 +32,11 @@ import math
 import zipfile
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from psmm_tf import workdir as run_files
-from psmm_tf.compiled import graph_function
-from psmm_tf.data.pipeline import evaluation_windows
+from psmm_tf.compiled import inference_function
+from psmm_tf.data.windows import iter_evaluation_windows
 from psmm_tf.evaluation.analysis import target_in_window
 from psmm_tf.layers import PointerSentinel, neural_cache, pointer_mass, vocab_log_prob
 
@@ -74,23 +74,22 @@ def collect_pointer_records(model, ids, length=100, thetas=DEFAULT_THETAS, spell
                          f"'psmm'), got {type(model).__name__}.")
     ids = np.asarray(ids)
     window = model.window_size
-    thetas_tensor = tf.constant(thetas, tf.float32)
-    step = graph_function(
-        lambda batch, state, memory, cache: _diagnostic_step(
-            model, batch, state, memory, cache, thetas_tensor, window),
-        reduce_retracing=True)
+    thetas_array = np.asarray(thetas, np.float32)
+    step = inference_function(
+        model, lambda batch, state, memory, cache: _diagnostic_step(
+            model, batch, state, memory, cache, thetas_array, window))
     state, memory = model.zero_state(1), model.empty_memory(1)
     cache = neural_cache.empty_cache(1, window, model.hidden_dim)
     parts = {key: [] for key in ("vocab_log_prob", "log_prob", "gate", "pointer_mass",
                                  "cache_prob", "has_history")}
     query_sum, query_square_sum = np.zeros(model.hidden_dim), 0.0
-    for batch in evaluation_windows(ids, batch_size=1, length=length, spelling=spelling):
+    for batch in iter_evaluation_windows(ids, batch_size=1, length=length, spelling=spelling):
         out, state, memory, cache = step(batch, state, memory, cache)
-        valid = batch["target_weights"].numpy()[0] > 0
+        valid = batch["target_weights"][0] > 0
         for key in parts:
-            value = out[key].numpy()
+            value = ops.convert_to_numpy(out[key])
             parts[key].append(value[..., 0, :][..., valid])
-        query = out["query"].numpy()[0][valid].astype(np.float64)
+        query = ops.convert_to_numpy(out["query"])[0][valid].astype(np.float64)
         query_sum += query.sum(axis=0)
         query_square_sum += float(np.sum(query * query))
     records = {key: np.concatenate(value, axis=-1).astype(np.float64)
@@ -108,7 +107,7 @@ def _diagnostic_step(model, batch, state, memory, cache, thetas, window):
                                        batch["token_mask"], state, memory, target_mask=valid,
                                        token_chars=batch.get("token_chars"))
     mask = batch["token_mask"]
-    targets = tf.where(valid, batch["targets"], 0)
+    targets = ops.where(valid, batch["targets"], 0)
     query = model.pointer.query(outputs["hidden"])
     keys = neural_cache.cache_keys(cache, outputs["hidden"], targets, mask)
     cache_prob, has_history = neural_cache.cache_target_probs(
@@ -223,7 +222,7 @@ def _best_gate_offset(logit, p_vocab, r, model_nll):
 
 def pointer_weights(model):
     """The pointer's weights as NumPy arrays: name -> array, for `POINTER_WEIGHTS`."""
-    return {name: np.asarray(getattr(model.pointer, name).numpy()) for name in POINTER_WEIGHTS}
+    return {name: ops.convert_to_numpy(getattr(model.pointer, name)) for name in POINTER_WEIGHTS}
 
 
 def save_initial_pointer_weights(model, path):

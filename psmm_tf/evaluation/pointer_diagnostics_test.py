@@ -4,8 +4,9 @@ import math
 import tempfile
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from psmm_tf import testing
 from psmm_tf.configs import ModelConfig
 from psmm_tf.evaluation import pointer_diagnostics as diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
@@ -38,7 +39,7 @@ def _records(gate, p_vocab, mass, in_window=None):
     }
 
 
-class PointerStatisticsTest(tf.test.TestCase):
+class PointerStatisticsTest(testing.TestCase):
     def test_gate_offset_of_a_hand_worked_case(self):
         # Half the targets only the softmax can give (p_vocab 0.1, r 0), half only the pointer
         # (p_vocab 0, r 0.5): NLL(g) = -1/2 log(0.1 g) - 1/2 log(0.5 (1 - g)) is lowest at
@@ -82,7 +83,7 @@ class PointerStatisticsTest(tf.test.TestCase):
                             min(-(math.log(0.5) + math.log(0.1)) / 2, -math.log(0.2)))
 
 
-class ModelDiagnosticsTest(tf.test.TestCase):
+class ModelDiagnosticsTest(testing.TestCase):
     def test_records_agree_with_the_evaluator_and_the_mixture(self):
         model, ids = _model(), _text()
         records = diagnostics.collect_pointer_records(model, ids, length=7, thetas=[0.5])
@@ -97,7 +98,7 @@ class ModelDiagnosticsTest(tf.test.TestCase):
     def test_grave_cache_matches_the_numpy_reference(self):
         model, ids = _model(), _text()
         records = diagnostics.collect_pointer_records(model, ids, length=7, thetas=[0.5])
-        hidden = model(ids[None, :-1], training=False)["hidden"].numpy()[0]
+        hidden = ops.convert_to_numpy(model(ids[None, :-1], training=False)["hidden"])[0]
         # The NumPy reference at lambda 1 is log p_cache (window L: the pointer's tokens).
         with np.errstate(divide="ignore"):  # log p_cache = -inf where the word is not cached
             expected = reference_cache_log_probs(records["vocab_log_prob"], hidden, ids[1:],
@@ -123,7 +124,8 @@ class ModelDiagnosticsTest(tf.test.TestCase):
         kernel = np.random.default_rng(1).normal(0, 30.0, (D, D))
         model.pointer.query_kernel.assign(kernel.astype(np.float32))
         stats = diagnostics.pointer_diagnostics(model, ids, length=7, thetas=[0.5])
-        hidden = model(ids[None, :-1], training=False)["hidden"].numpy()[0].astype(np.float64)
+        hidden = ops.convert_to_numpy(model(ids[None, :-1], training=False)["hidden"])
+        hidden = hidden[0].astype(np.float64)
         query = np.tanh(hidden @ kernel)  # eq. 4, the bias is still zero
         expected = np.sum(query.mean(axis=0) ** 2) / np.mean(np.sum(query ** 2, axis=1))
         self.assertAllClose(stats["query_constancy"], expected, rtol=1e-4)
@@ -133,8 +135,8 @@ class ModelDiagnosticsTest(tf.test.TestCase):
         first, second = _model(seed=5), _model(seed=5)
         for name, value in diagnostics.pointer_weights(first).items():
             self.assertAllClose(value, diagnostics.pointer_weights(second)[name])
-        self.assertNotAllClose(first.pointer.query_kernel.numpy(),
-                               _model(seed=6).pointer.query_kernel.numpy())
+        self.assertNotAllClose(ops.convert_to_numpy(first.pointer.query_kernel),
+                               ops.convert_to_numpy(_model(seed=6).pointer.query_kernel))
 
     def test_weights_moved_from_the_saved_initial_weights(self):
         model = _model()
@@ -160,4 +162,4 @@ class ModelDiagnosticsTest(tf.test.TestCase):
 
 
 if __name__ == "__main__":
-    tf.test.main()
+    testing.main()

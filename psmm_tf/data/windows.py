@@ -1,0 +1,149 @@
+"""Token windows as NumPy arrays, with no TensorFlow: the shapes and checks the tf.data
+pipelines (`psmm_tf.data.pipeline`) share, and the evaluation windows that `Evaluator` and the
+pointer diagnostics read on every Keras backend.
+
+A split's id array is cut into B contiguous streams, one per batch row, so that an LSTM state
+(and the pointer memory) can be carried from one window to the next. A window is a dict of
+batch-major arrays: `token_ids` int32 [B, T], `token_mask` bool [B, T], `targets` int32 [B, T],
+`target_weights` float32 [B, T] (and `token_chars` int32 [B, T, max_word_length] for a model
+with character inputs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_ids(ids) -> np.ndarray:
+    """`ids` as an int32 1-D array; ValueError naming what is wrong (shape, dtype, range)."""
+    array = np.asarray(ids)
+    if array.ndim != 1:
+        raise ValueError(f"ids must be a 1-D array of token ids, got shape {array.shape}.")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"ids must be integer token ids, got dtype {array.dtype}.")
+    if array.size and (array.min() < 0 or array.max() > np.iinfo(np.int32).max):
+        raise ValueError(
+            f"ids must lie in [0, 2**31), got values in [{array.min()}, {array.max()}]."
+        )
+    return array.astype(np.int32, copy=False)
+
+
+def check_spelling(spelling, ids) -> None:
+    """ValueError unless `spelling` (a `Spelling` or None) spells as many tokens as `ids`."""
+    if spelling is not None and len(spelling) != len(ids):
+        raise ValueError(f"spelling spells {len(spelling)} tokens; ids has {len(ids)}: give "
+                         "the Spelling of the same tokens (sliced as they are).")
+
+
+def check_int(value, name: str, minimum: int) -> int:
+    """`value` as an int >= `minimum`; ValueError naming the argument `name` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+    return int(value)
+
+
+def stream_length(num_ids: int, batch_size: int) -> int:
+    """Number of input positions n of each training stream: (num_ids - 1) // batch_size."""
+    return (num_ids - 1) // batch_size
+
+
+def steps_per_epoch(
+    num_ids: int, batch_size: int, num_predicted: int, *, shuffled: bool = False
+) -> int:
+    """Number of elements of `training_windows` for a split of `num_ids` ids.
+
+    Args:
+        num_ids: int. Length of the split's id array.
+        batch_size: int. Number of streams B.
+        num_predicted: int. Predicted positions per window T.
+        shuffled: bool. Whether `shuffle_offset_seed` is set (one window fewer may fit).
+
+    Returns:
+        int. n // T, or (n - T + 1) // T when shuffled, with n = (num_ids - 1) // batch_size.
+    """
+    n = stream_length(num_ids, batch_size)
+    return (n - num_predicted + 1) // num_predicted if shuffled else n // num_predicted
+
+
+def split_into_streams(ids, batch_size: int) -> np.ndarray:
+    """The `batch_size` training streams of a split, as a reference in NumPy.
+
+    Args:
+        ids: array-like of int, 1-D.
+        batch_size: int. Number of streams B.
+
+    Returns:
+        np.ndarray. int32 [B, n + 1]; row b = ids[b * n : (b + 1) * n + 1].
+    """
+    ids = check_ids(ids)
+    n = stream_length(len(ids), check_int(batch_size, "batch_size", 1))
+    if n < 1:
+        raise ValueError(f"ids has {len(ids)} tokens: too few for batch_size={batch_size}.")
+    return ids[np.arange(batch_size)[:, None] * n + np.arange(n + 1)[None, :]]
+
+
+def evaluation_steps(num_ids: int, batch_size: int, length: int) -> int:
+    """Number of elements of `evaluation_windows`: ceil(ceil((num_ids - 1) / B) / length)."""
+    n = -(-(num_ids - 1) // batch_size)
+    return -(-n // length)
+
+
+def evaluation_window_arrays(ids, batch_size: int = 1, length: int = 100,
+                             spelling=None) -> dict:
+    """Evaluation windows: every target of the split exactly once, C = 0, padded at the end.
+
+    The split is cut into B streams of n = ceil((len(ids) - 1) / B) input positions (the last
+    stream may be shorter), then into non-overlapping windows of `length` positions. Padding
+    positions (past the end of a stream) hold token 0, mask False, target 0 and weight 0, so
+    the sum of `target_weights` over the windows is len(ids) - 1.
+
+    Exact evaluation, where every target sees its full history through the carried LSTM state
+    and pointer memory, needs batch_size=1: with B > 1, streams b > 0 start without context.
+
+    Args:
+        ids: array-like of int, 1-D, at least 2 ids.
+        batch_size: int >= 1. Number of streams B.
+        length: int >= 1. Positions per window T.
+        spelling: optional `Spelling` of the same tokens: windows also hold `token_chars`
+            int32 [K, B, T, max_word_length] (zeros at padding).
+
+    Returns:
+        dict of arrays with K = `evaluation_steps(len(ids), B, length)` windows first:
+        `token_ids` int32 [K, B, T], `token_mask` bool [K, B, T], `targets` int32 [K, B, T],
+        `target_weights` float32 [K, B, T].
+
+    Raises:
+        ValueError: for a bad argument, or fewer than 2 ids.
+    """
+    ids = check_ids(ids)
+    check_spelling(spelling, ids)
+    batch_size = check_int(batch_size, "batch_size", 1)
+    length = check_int(length, "length", 1)
+    if len(ids) < 2:
+        raise ValueError(f"ids has {len(ids)} tokens: evaluation needs at least 2 (one target).")
+    n = -(-(len(ids) - 1) // batch_size)
+    num_windows = -(-n // length)
+    # Windows do not overlap, so all of them together are only ~len(ids) ids: build them at
+    # once. positions[k, b, t] = stream position of row b, column t of window k.
+    positions = np.arange(num_windows * length).reshape(num_windows, 1, length)
+    global_index = np.arange(batch_size).reshape(1, batch_size, 1) * n + positions
+    valid = (positions < n) & (global_index < len(ids) - 1)
+    safe = np.where(valid, global_index, 0)
+    features = {
+        "token_ids": np.where(valid, ids[safe], 0).astype(np.int32),
+        "token_mask": valid,
+        "targets": np.where(valid, ids[safe + 1], 0).astype(np.int32),
+        "target_weights": valid.astype(np.float32),
+    }
+    if spelling is not None:
+        features["token_chars"] = spelling.characters(safe) * valid[..., None]
+    return features
+
+
+def iter_evaluation_windows(ids, batch_size: int = 1, length: int = 100, spelling=None):
+    """The windows of `evaluation_window_arrays`, one dict of [B, T] arrays at a time."""
+    features = evaluation_window_arrays(ids, batch_size, length, spelling)
+    for k in range(len(features["token_ids"])):
+        yield {key: value[k] for key, value in features.items()}
