@@ -1,11 +1,12 @@
-"""Data layer: corpus readers, vocabulary, windowed tf.data pipelines, TFDS builders.
+"""Data layer: corpus readers, vocabulary, token windows (NumPy and tf.data), TFDS builders.
 
 Text -> `read_tokens` / `load_splits` -> `Vocabulary.encode` -> ids -> `training_windows` /
-`evaluation_windows` -> dicts of `token_ids`, `token_mask`, `targets`, `target_weights`.
+`evaluation_windows` (tf.data) or `iter_evaluation_windows` (NumPy) -> dicts of `token_ids`,
+`token_mask`, `targets`, `target_weights`.
 
 The tf.data pipeline's names and the TFDS names (`load_token_ids`, `TFDS_BUILDERS`) are
-imported on first use: the readers and the vocabulary need neither TensorFlow nor
-tensorflow_datasets (a model's preprocessor loads on any Keras backend).
+imported on first use: the readers, the vocabulary and the NumPy windows need neither TensorFlow
+nor tensorflow_datasets (a model's preprocessor and the `Evaluator` run on any Keras backend).
 """
 
 from psmm_tf.data.corpus import (
@@ -30,10 +31,17 @@ from psmm_tf.data.synthetic import (
     write_synthetic_splits,
 )
 from psmm_tf.data.vocabulary import Vocabulary, validate_ids
+from psmm_tf.data.windows import (
+    evaluation_steps,
+    evaluation_window_arrays,
+    iter_evaluation_windows,
+    split_into_streams,
+    steps_per_epoch,
+    stream_length,
+)
 
 _LAZY_TFDS = {"load_token_ids": "load_token_ids", "TFDS_BUILDERS": "BUILDERS"}
-_LAZY_PIPELINE = ("evaluation_steps", "evaluation_windows", "split_into_streams",
-                  "steps_per_epoch", "stream_length", "training_windows")
+_LAZY_PIPELINE = ("evaluation_windows", "training_windows")
 
 
 def __getattr__(name):
@@ -58,9 +66,11 @@ __all__ = [
     "Vocabulary",
     "entity_tokens",
     "evaluation_steps",
+    "evaluation_window_arrays",
     "evaluation_windows",
     "find_split_files",
     "generate_corpus",
+    "iter_evaluation_windows",
     "iter_lines",
     "iter_tokens",
     "line_tokens",

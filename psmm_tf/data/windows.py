@@ -84,10 +84,16 @@ def split_into_streams(ids, batch_size: int) -> np.ndarray:
     return ids[np.arange(batch_size)[:, None] * n + np.arange(n + 1)[None, :]]
 
 
+def evaluation_stream_length(num_ids: int, batch_size: int) -> int:
+    """Targets n of each evaluation stream: ceil((num_ids - 1) / batch_size) (the last stream
+    may hold fewer)."""
+    return -(-(num_ids - 1) // batch_size)
+
+
 def evaluation_steps(num_ids: int, batch_size: int, length: int) -> int:
-    """Number of elements of `evaluation_windows`: ceil(ceil((num_ids - 1) / B) / length)."""
-    n = -(-(num_ids - 1) // batch_size)
-    return -(-n // length)
+    """Number of windows K of `evaluation_window_arrays`: ceil(n / length), n the
+    `evaluation_stream_length`."""
+    return -(-evaluation_stream_length(num_ids, batch_size) // length)
 
 
 def evaluation_window_arrays(ids, batch_size: int = 1, length: int = 100,
@@ -123,8 +129,8 @@ def evaluation_window_arrays(ids, batch_size: int = 1, length: int = 100,
     length = check_int(length, "length", 1)
     if len(ids) < 2:
         raise ValueError(f"ids has {len(ids)} tokens: evaluation needs at least 2 (one target).")
-    n = -(-(len(ids) - 1) // batch_size)
-    num_windows = -(-n // length)
+    n = evaluation_stream_length(len(ids), batch_size)
+    num_windows = evaluation_steps(len(ids), batch_size, length)
     # Windows do not overlap, so all of them together are only ~len(ids) ids: build them at
     # once. positions[k, b, t] = stream position of row b, column t of window k.
     positions = np.arange(num_windows * length).reshape(num_windows, 1, length)

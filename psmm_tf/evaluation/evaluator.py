@@ -19,7 +19,7 @@ import numpy as np
 from keras import ops
 
 from psmm_tf.compiled import inference_function
-from psmm_tf.data.windows import iter_evaluation_windows
+from psmm_tf.data.windows import evaluation_stream_length, iter_evaluation_windows
 
 
 @dataclasses.dataclass
@@ -57,8 +57,9 @@ class Evaluator:
             under a 16-bit policy to about 1e-5: the module's docstring).
         jit_compile: bool. XLA-compile the step on TensorFlow (on JAX it always is).
 
-    It runs on every Keras backend: the windows are NumPy arrays, the step is compiled by
-    `psmm_tf.compiled.inference_function` (`tf.function`, `jax.jit`, eager elsewhere).
+    It runs on the TensorFlow and JAX backends (JAX without TensorFlow installed too): the
+    windows are NumPy arrays, the step is compiled by `psmm_tf.compiled.inference_function`
+    (`tf.function` or `jax.jit`).
 
     Example:
     ```python
@@ -102,7 +103,7 @@ class Evaluator:
             spelling = None if spelling is None else spelling[:max_tokens]
         num_targets = len(ids) - 1
         wanted = {int(p) for p in attention_positions}
-        stream = -(-num_targets // self.batch_size)  # targets per stream (the last may be short)
+        stream = evaluation_stream_length(len(ids), self.batch_size)  # the last may be shorter
         model = self.model
         state = model.zero_state(self.batch_size)
         memory = model.empty_memory(self.batch_size)

@@ -14,8 +14,9 @@ sees its full history.
 
 One settings type (`CacheSettings`) with one validation (`check_cache_settings`) serves
 psmm-evaluate and psmm-export; one grid search (`cache_grid_search`) serves both the evaluation
-of a run (`cache_metrics`) and the benchmarks. Written with `keras.ops` (any Keras backend); the
-run-level functions import TensorFlow's input pipeline when called.
+of a run (`cache_metrics`) and the benchmarks. Written with `keras.ops` and NumPy windows
+(TensorFlow and JAX backends); `cache_metrics` reads a run's corpus through its TFDS builder,
+imported when called.
 """
 
 import dataclasses
@@ -238,6 +239,7 @@ def cache_grid_search(model, windows, thetas, lambdas, window=100):
         model: a trained `LanguageModel` (its `hidden` output is `h`).
         windows: iterable of dicts with `token_ids`, `targets`, `token_mask`, `target_weights`
             and, for a model with character inputs, `token_chars` (from
+            `psmm_tf.data.windows.iter_evaluation_windows` or the tf.data
             `psmm_tf.data.evaluation_windows`), in stream order.
         thetas: sequence of G finite floats >= 0. lambdas: sequence of Λ floats in [0, 1).
         window: int >= 1. Cache size `W`.
@@ -286,7 +288,7 @@ def cache_metrics(settings, split, *, workdir=None, run=None, data_dir=None, max
         cache) and `model_perplexity` (without); with `settings.search` also `search`: the
         grid search's dict with its `split` and `window`.
     """
-    from psmm_tf.data.pipeline import evaluation_windows
+    from psmm_tf.data.windows import iter_evaluation_windows
     from psmm_tf.evaluation.trained_run import load_trained_run
 
     if run is None:
@@ -301,8 +303,8 @@ def cache_metrics(settings, split, *, workdir=None, run=None, data_dir=None, max
         stop = max_tokens or None
         ids = run.corpus.ids[on_split][:stop]
         spelling = run.corpus.spelling(on_split, stop=stop)
-        windows = evaluation_windows(ids, batch_size=batch_size, length=length,
-                                     spelling=spelling)
+        windows = iter_evaluation_windows(ids, batch_size=batch_size, length=length,
+                                          spelling=spelling)
         return cache_grid_search(run.model, windows, thetas, lambdas, settings.window)
 
     theta, lam, search = settings.theta, settings.lam, None

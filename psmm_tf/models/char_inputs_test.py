@@ -68,7 +68,6 @@ class CharInputsTest(testing.TestCase):
             "log_likelihood"]
         self.assertGreater(abs(dog - cow), 1e-5)
 
-    @testing.skip_unless_tensorflow("the Evaluator runs tf.data and tf.function")
     def test_score_text_in_pieces_equals_the_evaluators_spelled_pass(self):
         # A text longer than one scoring piece: the same numbers as the evaluator's pass over
         # the corpus's ids and spelling.

@@ -4,8 +4,8 @@
 
 // On a CPU with AVX512-FP16, -march=native defines __AVX512FP16__ and Eigen (TensorFlow's
 // headers) then compiles its half-precision packet math, which g++ 12 rejects. The kernels do no
-// half-precision arithmetic, so Eigen is built without it; the intrinsics headers do not read
-// the macro, only Eigen's configuration does.
+// half-precision arithmetic, so Eigen is configured without it (the compiler's own intrinsics
+// headers, reading the macro unset, still declare theirs under a target pragma).
 #undef __AVX512FP16__
 
 #include "zoneout_cell.cc"

@@ -86,7 +86,7 @@ class EvaluateCharOutputTest(testing.TestCase):
                 self.assertAllClose(pieces[key], whole[key], rtol=1e-5, msg=(length, key))
                 self.assertAllClose(pieces["oov"][key], whole["oov"][key], rtol=1e-5)
 
-    @testing.skip_unless_tensorflow("the Evaluator is tf.data and tf.function")
+    @testing.skip_unless_tensorflow("the character-output layer's training is TensorFlow's")
     def test_word_perplexity_is_the_evaluators(self):
         for cls, kwargs in ((PointerSentinelLM, {"window_size": 6}), (LSTMLanguageModel, {})):
             model = _model(cls, **kwargs)
