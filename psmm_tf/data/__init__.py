@@ -6,7 +6,8 @@ Text -> `read_tokens` / `load_splits` -> `Vocabulary.encode` -> ids -> `training
 
 The tf.data pipeline's names and the TFDS names (`load_token_ids`, `TFDS_BUILDERS`) are
 imported on first use: the readers, the vocabulary and the NumPy windows need neither TensorFlow
-nor tensorflow_datasets (a model's preprocessor and the `Evaluator` run on any Keras backend).
+nor tensorflow_datasets (a model's preprocessor loads on any Keras backend, the `Evaluator`
+runs on JAX without TensorFlow).
 """
 
 from psmm_tf.data.corpus import (

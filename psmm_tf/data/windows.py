@@ -1,6 +1,6 @@
 """Token windows as NumPy arrays, with no TensorFlow: the shapes and checks the tf.data
 pipelines (`psmm_tf.data.pipeline`) share, and the evaluation windows that `Evaluator` and the
-pointer diagnostics read on every Keras backend.
+pointer diagnostics read on the TensorFlow and JAX backends.
 
 A split's id array is cut into B contiguous streams, one per batch row, so that an LSTM state
 (and the pointer memory) can be carried from one window to the next. A window is a dict of

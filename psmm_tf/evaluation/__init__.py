@@ -10,8 +10,8 @@
   the pointer's diagnostics.
 
 `Evaluator`, `NeuralCache` and its settings are written with `keras.ops` and NumPy windows and
-run on any Keras backend, TensorFlow not installed; `load_trained_run`, which reads a run's corpus
-through its TFDS builder, is imported on first use.
+run on the TensorFlow and JAX backends (JAX without TensorFlow installed too); `load_trained_run`,
+which reads a run's corpus through its TFDS builder, is imported on first use.
 """
 
 from psmm_tf.evaluation.evaluator import EvaluationResult, Evaluator
