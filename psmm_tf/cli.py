@@ -160,7 +160,8 @@ def require_tensorflow_backend(program):
                  f"TensorFlow checkpoints and SavedModels), but the Keras backend is "
                  f"{backend!r} (KERAS_BACKEND). Unset KERAS_BACKEND or set it to tensorflow; "
                  f"on {backend}, the models load and score (keras.saving.load_model) and "
-                 f"psmm_tf.jax_train_step.JaxTrainStep trains from Python. Nothing was written.")
+                 f"psmm_tf.jax_train_step.JaxTrainStep trains from Python on the windows of "
+                 f"psmm_tf.data.iter_training_windows. Nothing was written.")
 
 
 def usage_error(program, message):

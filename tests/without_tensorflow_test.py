@@ -1,6 +1,7 @@
 """The package on a host with JAX and no TensorFlow (the GPU hosts of docs/results.md): the
-models, layers, losses and `JaxTrainStep` import and train, `Evaluator` and the pointer
-diagnostics score text exactly; the text pipeline says it needs TensorFlow.
+models, layers, losses and `JaxTrainStep` import and train on the NumPy training windows,
+`Evaluator` and the pointer diagnostics score text exactly; the text pipeline says it needs
+TensorFlow.
 
 Each child runs with KERAS_BACKEND=jax; the one without TensorFlow sets
 `sys.modules["tensorflow"] = None`, so every `import tensorflow` in it raises ImportError, as on
@@ -28,12 +29,11 @@ STEP_CODE = """
     preset = configs.get_preset("tiny")
     model = build_model(configs.dataclasses.replace(preset.model, kind="psmm", vocab_size=50,
                                                     seed=0))
+    from psmm_tf.data import iter_training_windows
     rng = np.random.default_rng(0)
     shape = (preset.train.batch_size, preset.train.num_predicted)
-    batch = {{"token_ids": rng.integers(0, 50, shape).astype("int32"),
-              "token_mask": np.ones(shape, bool),
-              "targets": rng.integers(0, 50, shape).astype("int32"),
-              "target_weights": np.ones(shape, "float32")}}
+    train_ids = rng.integers(0, 50, shape[0] * 2 * shape[1] + 1)
+    batch = next(iter_training_windows(train_ids, shape[0], 0, shape[1], offset=1))
     step = JaxTrainStep(model, make_optimizer(preset.train), shape[0], context_length=0,
                         use_memory=True)
     state = memory = None

@@ -1,8 +1,8 @@
 """Data layer: corpus readers, vocabulary, token windows (NumPy and tf.data), TFDS builders.
 
 Text -> `read_tokens` / `load_splits` -> `Vocabulary.encode` -> ids -> `training_windows` /
-`evaluation_windows` (tf.data) or `iter_evaluation_windows` (NumPy) -> dicts of `token_ids`,
-`token_mask`, `targets`, `target_weights`.
+`evaluation_windows` (tf.data) or `iter_training_windows` / `iter_evaluation_windows` (NumPy) ->
+dicts of `token_ids`, `token_mask`, `targets`, `target_weights`.
 
 The tf.data pipeline's names and the TFDS names (`load_token_ids`, `TFDS_BUILDERS`) are
 imported on first use: the readers, the vocabulary and the NumPy windows need neither TensorFlow
@@ -36,6 +36,7 @@ from psmm_tf.data.windows import (
     evaluation_steps,
     evaluation_window_arrays,
     iter_evaluation_windows,
+    iter_training_windows,
     split_into_streams,
     steps_per_epoch,
     stream_length,
@@ -72,6 +73,7 @@ __all__ = [
     "find_split_files",
     "generate_corpus",
     "iter_evaluation_windows",
+    "iter_training_windows",
     "iter_lines",
     "iter_tokens",
     "line_tokens",

@@ -22,14 +22,9 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from psmm_tf.data.windows import (  # noqa: F401 (the pipeline's names)
-    check_ids,
-    check_int,
-    check_spelling,
-    evaluation_steps,
+from psmm_tf.data.windows import (
+    check_training_arguments,
     evaluation_window_arrays,
-    split_into_streams,
-    steps_per_epoch,
     stream_length,
 )
 
@@ -76,19 +71,9 @@ def training_windows(
     Raises:
         ValueError: for a bad argument, or too few ids for one window.
     """
-    ids = check_ids(ids)
-    check_spelling(spelling, ids)
-    batch_size = check_int(batch_size, "batch_size", 1)
-    context_length = check_int(context_length, "context_length", 0)
-    num_predicted = check_int(num_predicted, "num_predicted", 1)
     shuffled = shuffle_offset_seed is not None
-    num_windows = steps_per_epoch(len(ids), batch_size, num_predicted, shuffled=shuffled)
-    if num_windows < 1:
-        needed = batch_size * (2 * num_predicted - 1 if shuffled else num_predicted) + 1
-        raise ValueError(
-            f"ids has {len(ids)} tokens: too few for one window of num_predicted="
-            f"{num_predicted} with batch_size={batch_size} (needs at least {needed})."
-        )
+    ids, batch_size, context_length, num_predicted, num_windows = check_training_arguments(
+        ids, batch_size, context_length, num_predicted, shuffled, spelling)
     n = stream_length(len(ids), batch_size)
     window_size = context_length + num_predicted
     ids_tensor = tf.constant(ids, tf.int32)

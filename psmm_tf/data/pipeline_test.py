@@ -1,4 +1,4 @@
-"""Tests of the windowed pipelines: hand-worked windows, a NumPy reference, full coverage."""
+"""Tests of the windowed pipelines: hand-worked windows, the NumPy windows, full coverage."""
 
 import collections
 
@@ -8,6 +8,7 @@ from absl.testing import parameterized
 
 from psmm_tf import testing
 from psmm_tf.data import pipeline
+from psmm_tf.data import windows as numpy_windows
 
 # Ids equal to 100 + position, so a value says where it came from. 11 ids, batch_size 2:
 # n = 5, stream 0 = 100..105, stream 1 = 105..110.
@@ -18,26 +19,13 @@ def _windows(dataset):
     return [{k: v.numpy() for k, v in element.items()} for element in dataset]
 
 
-def _reference_training(ids, batch_size, context_length, num_predicted, offset=0):
-    """Window by window from the definition in the module docstring, with Python loops."""
-    n = (len(ids) - 1) // batch_size
-    streams = [ids[b * n : (b + 1) * n + 1] for b in range(batch_size)]
-    out = []
-    k = 0
-    while offset + k * num_predicted + num_predicted <= n:
-        start = offset + k * num_predicted
-        tokens = np.zeros((batch_size, context_length + num_predicted), np.int32)
-        mask = np.zeros_like(tokens, bool)
-        targets = np.zeros((batch_size, num_predicted), np.int32)
-        for b, stream in enumerate(streams):
-            for j, p in enumerate(range(start - context_length, start + num_predicted)):
-                if p >= 0:
-                    tokens[b, j], mask[b, j] = stream[p], True
-            for j in range(num_predicted):
-                targets[b, j] = stream[start + 1 + j]
-        out.append((tokens, mask, targets))
-        k += 1
-    return out
+def _assert_windows_equal(test, windows, expected):
+    """tf.data's windows equal the NumPy ones (held to a loop over the streams in windows_test)."""
+    test.assertLen(windows, len(expected))
+    for window, reference in zip(windows, expected, strict=True):
+        test.assertEqual(sorted(window), sorted(reference))
+        for key, value in reference.items():
+            test.assertAllEqual(window[key], value, msg=key)
 
 
 class TrainingWindowsTest(testing.TestCase, parameterized.TestCase):
@@ -98,42 +86,33 @@ class TrainingWindowsTest(testing.TestCase, parameterized.TestCase):
         self.assertEqual(spec["token_mask"].dtype, tf.bool)
         self.assertEqual(spec["targets"].shape, (batch_size, predicted))
         self.assertEqual(spec["target_weights"].dtype, tf.float32)
-        expected = _reference_training(ids, batch_size, context, predicted)
-        windows = _windows(dataset)
+        expected = list(numpy_windows.iter_training_windows(ids, batch_size, context, predicted))
         self.assertEqual(int(dataset.cardinality()), len(expected))
-        self.assertEqual(pipeline.steps_per_epoch(97, batch_size, predicted), len(expected))
-        self.assertLen(windows, len(expected))
-        for window, (tokens, mask, targets) in zip(windows, expected, strict=True):
-            self.assertAllEqual(window["token_ids"], tokens)
-            self.assertAllEqual(window["token_mask"], mask)
-            self.assertAllEqual(window["targets"], targets)
-            self.assertAllEqual(window["target_weights"], np.ones_like(targets, np.float32))
+        self.assertEqual(numpy_windows.steps_per_epoch(97, batch_size, predicted), len(expected))
+        _assert_windows_equal(self, _windows(dataset), expected)
 
     def test_targets_of_consecutive_windows_tile_each_stream(self):
         ids = np.arange(1000, 1000 + 103)
-        windows = _windows(pipeline.training_windows(ids, 4, 5, 3))
-        streams = pipeline.split_into_streams(ids, 4)  # n = 25: 8 windows of 3 targets.
+        listed = _windows(pipeline.training_windows(ids, 4, 5, 3))
+        streams = numpy_windows.split_into_streams(ids, 4)  # n = 25: 8 windows of 3 targets.
         self.assertEqual(streams.shape, (4, 26))
-        targets = np.concatenate([w["targets"] for w in windows], axis=1)
+        targets = np.concatenate([w["targets"] for w in listed], axis=1)
         self.assertAllEqual(targets, streams[:, 1:25])
 
     def test_shuffled_offset_per_epoch_deterministic_from_seed(self):
         ids = np.arange(200, 200 + 81)  # batch 2: n = 40.
         dataset = pipeline.training_windows(ids, 2, 3, 4, shuffle_offset_seed=7)
-        num_windows = pipeline.steps_per_epoch(81, 2, 4, shuffled=True)
+        num_windows = numpy_windows.steps_per_epoch(81, 2, 4, shuffled=True)
         self.assertEqual(num_windows, 9)  # (40 - 4 + 1) // 4
         self.assertEqual(int(dataset.cardinality()), num_windows)
         offsets = []
         for _ in range(8):  # Each iteration is an epoch.
-            windows = _windows(dataset)
-            self.assertLen(windows, num_windows)
-            offset = int(windows[0]["targets"][0, 0]) - 201
+            listed = _windows(dataset)
+            offset = int(listed[0]["targets"][0, 0]) - 201
             offsets.append(offset)
-            expected = _reference_training(ids, 2, 3, 4, offset)[:num_windows]
-            for window, (tokens, mask, targets) in zip(windows, expected, strict=True):
-                self.assertAllEqual(window["token_ids"], tokens)
-                self.assertAllEqual(window["token_mask"], mask)
-                self.assertAllEqual(window["targets"], targets)
+            _assert_windows_equal(
+                self, listed,
+                list(numpy_windows.iter_training_windows(ids, 2, 3, 4, offset=offset)))
         self.assertTrue(all(0 <= o < 4 for o in offsets))
         self.assertGreater(len(set(offsets)), 1)
         again = pipeline.training_windows(ids, 2, 3, 4, shuffle_offset_seed=7)
@@ -193,7 +172,7 @@ class EvaluationWindowsTest(testing.TestCase, parameterized.TestCase):
         ids = self.rng.integers(0, 30, size=151)
         dataset = pipeline.evaluation_windows(ids, batch_size, length)
         windows = _windows(dataset)
-        self.assertEqual(len(windows), pipeline.evaluation_steps(151, batch_size, length))
+        self.assertEqual(len(windows), numpy_windows.evaluation_steps(151, batch_size, length))
         self.assertEqual(int(dataset.cardinality()), len(windows))
         self.assertEqual(dataset.element_spec["targets"].shape, (batch_size, length))
         # Multiset of (input, target) pairs over weight-1 targets == the split's bigrams.

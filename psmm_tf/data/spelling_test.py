@@ -7,6 +7,7 @@ from psmm_tf.data import Vocabulary
 from psmm_tf.data.corpus_setup import Corpus
 from psmm_tf.data.pipeline import evaluation_windows, training_windows
 from psmm_tf.data.spelling import spell_splits, word_characters
+from psmm_tf.data.windows import iter_training_windows
 
 VOCABULARY = Vocabulary(["<unk>", "<eos>", "the", "cat", "sat"])
 TRAIN = "the cat sat <eos> the dog sat <eos> a cat sat <eos>".split()
@@ -56,6 +57,18 @@ class SpellingTest(tf.test.TestCase):
                     else:  # outside it: one of the words the ids call <unk>
                         word = bytes(c - 3 for c in chars[b, t] if c > 2).decode()
                         self.assertIn(word, ("dog", "a"))
+
+    def test_numpy_training_windows_carry_the_same_characters(self):
+        spelling = spell_splits({"train": TRAIN}, VOCABULARY, 8)["train"]
+        ids = VOCABULARY.encode(TRAIN)
+        for context in (0, 2):
+            expected = training_windows(ids, batch_size=2, context_length=context,
+                                        num_predicted=2, spelling=spelling)
+            listed = list(iter_training_windows(ids, 2, context, 2, spelling=spelling))
+            self.assertLen(listed, int(expected.cardinality()))
+            for window, reference in zip(listed, expected, strict=True):
+                self.assertEqual(window["token_chars"].dtype, np.int32)
+                self.assertAllEqual(window["token_chars"], reference["token_chars"])
 
     def test_evaluation_windows_carry_each_tokens_characters(self):
         spelling = spell_splits({"valid": VALID}, VOCABULARY, 8)["valid"]

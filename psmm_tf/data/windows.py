@@ -1,6 +1,7 @@
 """Token windows as NumPy arrays, with no TensorFlow: the shapes and checks the tf.data
-pipelines (`psmm_tf.data.pipeline`) share, and the evaluation windows that `Evaluator` and the
-pointer diagnostics read on the TensorFlow and JAX backends.
+pipelines (`psmm_tf.data.pipeline`) share, the training windows of a JAX training loop, and the
+evaluation windows that `Evaluator` and the pointer diagnostics read on the TensorFlow and JAX
+backends.
 
 A split's id array is cut into B contiguous streams, one per batch row, so that an LSTM state
 (and the pointer memory) can be carried from one window to the next. A window is a dict of
@@ -82,6 +83,92 @@ def split_into_streams(ids, batch_size: int) -> np.ndarray:
     if n < 1:
         raise ValueError(f"ids has {len(ids)} tokens: too few for batch_size={batch_size}.")
     return ids[np.arange(batch_size)[:, None] * n + np.arange(n + 1)[None, :]]
+
+
+def check_training_arguments(ids, batch_size, context_length, num_predicted, shuffled,
+                             spelling=None):
+    """The training windows' arguments checked; ValueError naming a bad one, or too few ids.
+
+    Returns:
+        `(ids, batch_size, context_length, num_predicted, num_windows)`: ids as an int32
+        array, the ints as ints, and the epoch's `steps_per_epoch` (at least 1).
+    """
+    ids = check_ids(ids)
+    check_spelling(spelling, ids)
+    batch_size = check_int(batch_size, "batch_size", 1)
+    context_length = check_int(context_length, "context_length", 0)
+    num_predicted = check_int(num_predicted, "num_predicted", 1)
+    num_windows = steps_per_epoch(len(ids), batch_size, num_predicted, shuffled=shuffled)
+    if num_windows < 1:
+        needed = batch_size * (2 * num_predicted - 1 if shuffled else num_predicted) + 1
+        raise ValueError(
+            f"ids has {len(ids)} tokens: too few for one window of num_predicted="
+            f"{num_predicted} with batch_size={batch_size} (needs at least {needed})."
+        )
+    return ids, batch_size, context_length, num_predicted, num_windows
+
+
+def iter_training_windows(ids, batch_size: int, context_length: int, num_predicted: int, *,
+                          offset=None, spelling=None):
+    """One epoch of training windows, one dict of NumPy arrays at a time (a JAX loop's input).
+
+    The windows of `psmm_tf.data.pipeline.training_windows` (the tf.data form psmm-train reads)
+    at a given start offset: window k of stream b covers stream positions
+    [o + k*T - C, o + k*T + T), positions before 0 hold token 0 with mask False, and its targets
+    are stream positions o + k*T + 1 .. o + k*T + T; the last partial window is dropped.
+
+    Args:
+        ids: array-like of int, 1-D. The split's token ids.
+        batch_size: int >= 1. Number of streams B.
+        context_length: int >= 0. Context positions C before the predicted ones.
+        num_predicted: int >= 1. Predicted positions T per window, also the shift.
+        offset: None, or the epoch's start offset o, an int in [0, T). None starts at 0 and
+            gives `steps_per_epoch(len(ids), B, T)` windows; an int gives the shuffled count,
+            `steps_per_epoch(..., shuffled=True)`, the same for every o. To move the window
+            boundaries from epoch to epoch as psmm-train does, draw o afresh for every epoch,
+            e.g. `np.random.default_rng([seed, epoch]).integers(num_predicted)`.
+        spelling: optional `Spelling` of the same tokens: windows also hold `token_chars`
+            int32 [B, C + T, max_word_length] (zeros where masked).
+
+    Yields:
+        dicts: `token_ids` int32 [B, C + T], `token_mask` bool [B, C + T], `targets` int32
+        [B, T], `target_weights` float32 [B, T] (all 1.0).
+
+    Raises:
+        ValueError: for a bad argument, or too few ids for one window (before the first
+            window is made).
+    """
+    shuffled = offset is not None
+    ids, batch_size, context_length, num_predicted, num_windows = check_training_arguments(
+        ids, batch_size, context_length, num_predicted, shuffled, spelling)
+    if shuffled:
+        offset = check_int(offset, "offset", 0)
+        if offset >= num_predicted:
+            raise ValueError(f"offset must be < num_predicted={num_predicted}, got {offset}.")
+    return _training_windows(ids, batch_size, context_length, num_predicted, num_windows,
+                             offset or 0, spelling)
+
+
+def _training_windows(ids, batch_size, context_length, num_predicted, num_windows, offset,
+                      spelling):
+    n = stream_length(len(ids), batch_size)
+    stream_starts = np.arange(batch_size)[:, None] * n  # [B, 1]
+    relative = np.arange(-context_length, num_predicted)  # [C + T]
+    target_relative = np.arange(1, num_predicted + 1)  # [T]
+    for k in range(num_windows):
+        start = offset + k * num_predicted
+        positions = start + relative
+        mask = np.broadcast_to(positions >= 0, (batch_size, len(relative)))
+        index = stream_starts + np.maximum(positions, 0)[None, :]  # [B, C + T]
+        window = {
+            "token_ids": np.where(mask, ids[index], 0).astype(np.int32),
+            "token_mask": mask.copy(),
+            "targets": ids[stream_starts + start + target_relative[None, :]],
+            "target_weights": np.ones((batch_size, num_predicted), np.float32),
+        }
+        if spelling is not None:
+            window["token_chars"] = spelling.characters(index) * mask[..., None]
+        yield window
 
 
 def evaluation_stream_length(num_ids: int, batch_size: int) -> int:

@@ -50,7 +50,7 @@ from psmm_tf import workdir as run_files
 from psmm_tf.compiled import graph_function
 from psmm_tf.configs import check_positive_ints
 from psmm_tf.data import corpus_setup
-from psmm_tf.data.pipeline import steps_per_epoch, stream_length
+from psmm_tf.data.windows import steps_per_epoch, stream_length
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
 from psmm_tf.layers.char_lstm_output import trimmed_spellings
 from psmm_tf.models import CharacterOutputLM, read_model_file

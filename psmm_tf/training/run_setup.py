@@ -20,7 +20,7 @@ from psmm_tf import workdir as run_files
 from psmm_tf.checkpoints import checkpoint_paths
 from psmm_tf.configs import ExperimentConfig
 from psmm_tf.data import corpus_setup
-from psmm_tf.data.pipeline import steps_per_epoch
+from psmm_tf.data.windows import steps_per_epoch
 from psmm_tf.evaluation import pointer_diagnostics
 from psmm_tf.models.registry import BASELINE_KIND, model_kinds
 from psmm_tf.training import distribution

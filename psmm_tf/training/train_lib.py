@@ -22,7 +22,8 @@ from absl import logging
 
 from psmm_tf import checkpoints, native
 from psmm_tf import workdir as run_files
-from psmm_tf.data.pipeline import steps_per_epoch, training_windows
+from psmm_tf.data.pipeline import training_windows
+from psmm_tf.data.windows import steps_per_epoch
 from psmm_tf.evaluation import gate_calibration, pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.gradients import warmup_factor
