@@ -280,7 +280,7 @@ def define_config_flags(flag_values, module_name):
     flags.DEFINE_alias("bptt", "num_predicted", **common)
     flags.DEFINE_multi_string(
         OVERRIDE_FLAG, [], "section.field=value: sets any field of the config (e.g. "
-        "train.keep_checkpoints=5, model.gate_dropout=0.3), parsed by the field's type "
+        "train.keep_checkpoints=5, data.synthetic_seed=1), parsed by the field's type "
         "(none for an optional field's None); a field with a flag of its own takes the flag.",
         **common)
 

@@ -104,7 +104,7 @@ class CharacterLSTMOutput(keras.layers.Layer):
         # Kept as a layer for its seed generator (saved with the model); it is applied through
         # locked_dropout.dropout, which masks 16-bit inputs as float32 ones.
         self.hidden_dropout = keras.layers.Dropout(dropout, seed=seed, dtype=policy)
-        # Made only when used: a layer saved without them (0.8 and before) loads as it was.
+        # Made only when used: a layer saved before char_dropout existed loads as it was.
         # Their seeds stay clear of the initialisers' (seed + 0..4): a generator seeded as an
         # initialiser would draw its first mask from the same numbers as that weight.
         if char_dropout:
