@@ -17,6 +17,8 @@ import urllib.request
 import numpy as np
 import tensorflow as tf
 
+from psmm_tf.export.versions import version_numbers
+
 
 class ServingError(RuntimeError):
     """The model rejected a request (bad input) or the server failed; the message says why."""
@@ -79,8 +81,7 @@ def resolve_export_dir(path, version=None):
                 f"Version {version} was asked for, but {path} is the export of version "
                 f"{name!r}; give the base folder of the versions.")
         return path
-    versions = sorted(int(n.rstrip("/")) for n in tf.io.gfile.listdir(path)
-                      if n.rstrip("/").isdigit())
+    versions = version_numbers(tf.io.gfile.listdir(path))
     if not versions:
         raise FileNotFoundError(f"No saved_model.pb and no version folder in {path}.")
     complete = [v for v in versions

@@ -10,6 +10,7 @@ the versions renamed into place at the end; `describe_signatures` lists what was
 The binary is `psmm_tf.export.export_saved_model` (psmm-export).
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -32,6 +33,7 @@ from psmm_tf.evaluation.neural_cache import (
 )
 from psmm_tf.export import cache, serving_module, warmup
 from psmm_tf.export.serving_module import ServingModule
+from psmm_tf.export.versions import MAX_VERSION, version_numbers
 
 DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # NeuralCache's
 # The run's config inside an export (`assets.extra/`), as the run's own file is named.
@@ -43,10 +45,10 @@ MAX_REQUEST_TOKENS = 2**31 - 1
 SAVED_MODEL_FILE = "saved_model.pb"
 
 
-def check_export_base(export_base):
+def check_export_base(export_base, version=None):
     """Refuses an `export_base` that is a file, or itself a SavedModel (a version folder: it
-    holds saved_model.pb), where a version would be written inside another version; writes
-    nothing.
+    holds saved_model.pb), where a version would be written inside another version, or (without
+    a `version`) one that holds TF Serving's largest version; writes nothing.
 
     Raises:
         ValueError: naming `export_base` (and for a version folder its parent, the folder of
@@ -61,6 +63,8 @@ def check_export_base(export_base):
             f"--export_base={export_base} is a SavedModel version folder (it holds "
             f"{SAVED_MODEL_FILE}); expected the folder of the versions: its parent, "
             f"--export_base={parent}?")
+    if version is None:
+        next_version(export_base)  # raises when none is left
 
 
 def check_max_tokens(max_tokens):
@@ -101,8 +105,7 @@ def with_cache(model, settings):
 
 def _read_config(path):
     """The text of config file `path`, checked to be an `ExperimentConfig`'s JSON."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = run_files.read_text_file(path, "a training run's config.json")
     try:
         ExperimentConfig.from_json(text)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
@@ -254,13 +257,19 @@ def _workdir_source(workdir, model_source, config_json):
 
 
 def next_version(export_base):
-    """1 + the largest integer-named version in `export_base` (1 if none)."""
+    """1 + the largest version in `export_base` (1 if none).
+
+    Raises:
+        ValueError: the largest is TF Serving's largest version (2**63 - 1), naming it.
+    """
     if not tf.io.gfile.isdir(export_base):
         return 1
-    versions = [
-        int(name) for name in tf.io.gfile.listdir(export_base) if name.rstrip("/").isdigit()
-    ]
-    return max(versions, default=0) + 1
+    latest = max(version_numbers(tf.io.gfile.listdir(export_base)), default=0)
+    if latest == MAX_VERSION:
+        raise ValueError(f"--export_base={export_base} holds version {latest}, TF Serving's "
+                         f"largest (int64): no next version; give --model_version=N for a free "
+                         f"one.")
+    return latest + 1
 
 
 def export(model, vocabulary_file, export_base, version=None, model_name="psmm", config_json=None,
@@ -285,18 +294,19 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
             or an `export_base` that is a version folder itself (`check_export_base`).
     """
     check_max_tokens(max_tokens)
-    check_export_base(export_base)
+    check_export_base(export_base, version)
     if os.path.islink(export_base) and not os.path.exists(export_base):
         raise FileNotFoundError(errno.ENOENT, "a symbolic link that leads nowhere (a loop, or "
                                 "its target is missing); expected the folder of the versions",
                                 export_base)
     version = next_version(export_base) if version is None else int(version)
-    if not 1 <= version < 2**63:
+    if not 1 <= version <= MAX_VERSION:
         raise ValueError(f"version must be an integer in [1, 2**63) (TF Serving's int64 "
                          f"versions), got {version}.")
     final = os.path.join(export_base, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists; versions are never overwritten.")
+    created = not os.path.lexists(export_base)
     os.makedirs(export_base, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_base)
     try:
@@ -326,6 +336,9 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
         os.rename(temporary, final)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
+        if created:  # a failed export leaves no folder it made behind
+            with contextlib.suppress(OSError):
+                os.rmdir(export_base)
         raise
     return final
 

@@ -83,7 +83,7 @@ def _main(argv):
     cli.require_tensorflow_backend(PROGRAM)
     settings = cache_settings(FLAGS.cache_window, FLAGS.cache_theta, FLAGS.cache_lambda)
     try:
-        export_lib.check_export_base(FLAGS.export_base)  # before the model is loaded
+        export_lib.check_export_base(FLAGS.export_base, FLAGS.model_version)  # before loading
         model, vocab, config_json, source = load_model(
             FLAGS.workdir, FLAGS.keras_model, FLAGS.checkpoint, FLAGS.config, FLAGS.vocab,
             FLAGS.model_source)

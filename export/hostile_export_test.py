@@ -10,6 +10,7 @@ import shutil
 import stat
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -207,7 +208,46 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
         no_checkpoints = self.copy_run("export_checkpoints_a_file")
         shutil.rmtree(no_checkpoints / "checkpoints")
         (no_checkpoints / "checkpoints").write_text("not a folder\n")
+        plain_keras = root / "plain" / "model.keras"
+        plain_keras.parent.mkdir(exist_ok=True)
+        keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(plain_keras)
+        shutil.copy(run / "vocab.sha256", plain_keras.parent / "vocab.sha256")
+        binary = root / "binary"
+        binary.mkdir(exist_ok=True)
+        (binary / "config.json").write_bytes(b"\xff\xfe{}")
+        shutil.copy(run / "model.keras", binary / "model.keras")
+        (binary / "vocab.sha256").write_bytes(b"\xffnot a hash")
+        fifo = root / "config_fifo"
+        if not fifo.exists():
+            os.mkfifo(fifo)
+        last = root / "last_version"
+        (last / str(2**63 - 1)).mkdir(parents=True, exist_ok=True)
+        (last / "\u00b2").mkdir(exist_ok=True)  # "²".isdigit(): was read as a version
         for argv, base, message in [
+            # Was an AttributeError ('Sequential' object has no attribute 'vocab_size') after
+            # the new export base was made, and left it.
+            ([f"--keras_model={plain_keras}", f"--vocab={run / 'vocab.txt'}"],
+             root / "new base ü", r"plain/model.keras holds a Sequential, not a psmm_tf "
+                                  r"language model"),
+            # Both were the codec's message alone, naming no file.
+            ([f"--keras_model={binary / 'model.keras'}", f"--vocab={run / 'vocab.txt'}"],
+             root / "b5",
+             r"binary/vocab.sha256 is not UTF-8 text \(byte 0: b'\\xff'\); expected the sha256 "
+             r"of the run's vocabulary"),
+            ([f"--keras_model={run / 'model.keras'}", f"--vocab={run / 'vocab.txt'}",
+              f"--config={binary / 'config.json'}"], root / "b5",
+             r"binary/config.json is not UTF-8 text \(byte 0: b'\\xff'\); expected a training "
+             r"run's config.json"),
+            # Waited for a writer without end.
+            ([f"--keras_model={run / 'model.keras'}", f"--vocab={run / 'vocab.txt'}",
+              f"--config={fifo}"], root / "b5",
+             r"config_fifo is not a regular file \(a folder, FIFO or device\); expected a "
+             r"training run's config.json"),
+            # Was a ValueError traceback after the model loaded ("version must be ... got
+            # 9223372036854775808").
+            ([f"--workdir={run}"], last,
+             r"--export_base=.*last_version holds version 9223372036854775807, TF Serving's "
+             r"largest \(int64\): no next version; give --model_version=N"),
             ([f"--workdir={run}"], loop,
              r"--export_base=.*loop: a symbolic link that leads nowhere \(a loop, or its target "
              r"is missing\)"),
@@ -231,14 +271,23 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
              rf"--export_base={taken}\?"),
         ]:
             with self.subTest(argv=argv, base=base):
-                before = {path: snapshot(path) for path in (run, taken)}
+                before = {path: snapshot(path) for path in (run, taken, last, binary)}
                 code, _, stderr = testing.run_export_main([*argv, f"--export_base={base}"])
                 self.assertEqual(code, 1)
                 self.assertRegex(stderr, message)
                 self.assertNotIn("Traceback", stderr)
-                self.assertEqual({path: snapshot(path) for path in (run, taken)}, before)
+                self.assertEqual({path: snapshot(path) for path in (run, taken, last, binary)},
+                                 before)
                 self.assertFalse(base.exists() and base.is_dir()
-                                 and base not in (taken, taken / "1"))
+                                 and base not in (taken, taken / "1", last))
+        self.assertEqual(sorted(p.name for p in last.iterdir()), ["9223372036854775807", "²"])
+        # A version that fits is written beside them; "²" is not read as one.
+        code, _, stderr = testing.run_export_main([f"--workdir={run}", f"--export_base={last}",
+                                                   "--model_version=3"])
+        self.assertEqual(code, 0, stderr)
+        from psmm_tf.export.clients import resolve_export_dir
+
+        self.assertEqual(resolve_export_dir(str(last), 3), str(last / "3"))
         self.assertEqual(a_file.read_text(), "mine\n")
         self.assertEqual(sorted(p.name for p in taken.iterdir()), ["1"])
         self.assertEqual(sorted(p.name for p in (taken / "1").iterdir()), ["saved_model.pb"])
@@ -258,6 +307,9 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
                 self.assertFalse((root / "b4").exists())
                 self.assertEqual(sorted(p.name for p in (taken / "1").iterdir()),
                                  ["saved_model.pb"])
+        with self.assertRaises(AttributeError):  # no model: fails inside the export
+            export_lib.export(None, str(run / "vocab.txt"), str(root / "b6"))
+        self.assertFalse((root / "b6").exists())  # the base it made is gone with it
 
 
 class ExportVocabularyTest(tf.test.TestCase):

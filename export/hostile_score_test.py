@@ -201,7 +201,17 @@ class ScoreSweepTest(tf.test.TestCase):
             (["--rest=http://[::1"], 2, r"--rest=http://\[::1: .* is not a URL \(Invalid IPv6"),
             (["--rest=http://127.0.0.1:99999"], 2, r"is not a URL \(Port out of range"),
             ([f"--rest=http://127.0.0.1:{closed}", "--timeout=0"], 2,
-             r"flag --timeout=0.0: must be a finite number of seconds > 0"),
+             r"flag --timeout=0.0: must be a number of seconds in \(0, 86400\]"),
+            # Past the clock's range: an OverflowError traceback from the socket's deadline.
+            ([f"--rest=http://127.0.0.1:{closed}", "--timeout=1e10"], 2,
+             r"flag --timeout=10000000000.0: must be a number of seconds in \(0, 86400\]"),
+            # Empty: fell through to the gRPC client, an AttributeError traceback.
+            (["--model="], 2, r"flag --model=: is empty: expected an export folder"),
+            (["--rest="], 2, r"flag --rest=: is empty"),
+            # Read by a server client only: ignored with --model, as if they had been used.
+            ([f"--model={export_dir}", "--model_name=other"], 2,
+             r"--model_name and --timeout are for a server \(--rest, --grpc\)"),
+            ([f"--model={export_dir}", "--timeout=5"], 2, r"--model_name and --timeout are"),
             ([f"--model={export_dir}", "--model_version=-3"], 2,
              r"flag --model_version=-3: must be an integer >= 1"),
             ([f"--model={export_dir}", "--lines_per_request=0"], 2,
@@ -232,6 +242,35 @@ class ScoreSweepTest(tf.test.TestCase):
                 code, stderr = self.score(argv)
                 self.assertEqual(code, status, stderr)
                 self.assertRegex(stderr, message)
+
+    def test_a_failed_write_is_not_called_a_failed_read_and_a_closed_pipe_is_quiet(self):
+        export_dir = testing.shared_export()[2]
+        text = Path(self.get_temp_dir()) / "lines.txt"
+        # Scores of ~400 KB: more than a pipe holds, so writes go on after `head` has exited.
+        text.write_text("the cat sat\n" * 4000)
+        # Both were "cannot read lines.txt: [Errno 28] No space left on device" (or "Broken
+        # pipe"), status 2.
+        full = open("/dev/full", "w")  # noqa: SIM115 (closing it flushes: fails again)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                code = score.main([f"--model={export_dir}", f"--input={text}"], out=full)
+        finally:
+            with contextlib.suppress(OSError):
+                full.close()
+        self.assertEqual(code, 1)
+        self.assertRegex(err.getvalue(), r"^psmm-score: cannot write the scores to /dev/full: "
+                                         r"No space left on device\n$")
+        done = subprocess.run(
+            f"{sys.executable} -m psmm_tf.export.score --model={export_dir} --input={text} "
+            f"| head -n 2; echo status ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
+            capture_output=True, text=True, timeout=300)
+        lines = done.stdout.splitlines()
+        self.assertEqual(len(lines), 3, done)
+        self.assertTrue(lines[0].startswith("the\t"), lines)
+        self.assertEqual(lines[2], f"status {score.score_lib.SIGPIPE_STATUS}")
+        self.assertNotIn("Broken pipe", done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
 
     def test_input_files_are_read_by_the_corpus_readers_rules(self):
         # --input was decoded as plain UTF-8: a byte order mark made the first

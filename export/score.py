@@ -23,7 +23,8 @@ per line (`line`, `tokens`, `log_probs`, `gate`, `num_tokens`, `log_likelihood`,
 `perplexity`), then a `{"total": {...}}` object.
 
 Exactly one of --model, --rest and --grpc is given. Flag errors and unreadable inputs exit
-with status 2, a failed request with 1, Ctrl-C with 130.
+with status 2, a failed request or write of the scores with 1, Ctrl-C with 130; a closed
+output pipe (`| head`) ends it quietly with 141, as SIGPIPE would.
 """
 
 import sys
@@ -63,9 +64,22 @@ flags.DEFINE_integer("lines_per_request", 64, "Lines per request: a chunk of the
 flags.DEFINE_float("timeout", 30.0, "Seconds per request (with --rest or --grpc).",
                    flag_values=SCORE_FLAGS)
 cli.define_version_flag(SCORE_FLAGS)
-flags.register_validator("timeout", lambda v: 0 < v < float("inf"),
-                         message="must be a finite number of seconds > 0.",
+for _where in ("model", "rest", "grpc"):
+    flags.register_validator(_where, lambda v: v is None or v.strip() != "",
+                             message="is empty: expected an export folder (--model), a URL "
+                             "(--rest) or host:port (--grpc).", flag_values=SCORE_FLAGS)
+# A day: longer is not a request timeout (and past the clock's range, the socket's deadline
+# overflows).
+MAX_TIMEOUT_SECONDS = 86400.0
+flags.register_validator("timeout", lambda v: 0 < v <= MAX_TIMEOUT_SECONDS,
+                         message="must be a number of seconds in (0, 86400].",
                          flag_values=SCORE_FLAGS)
+flags.register_multi_flags_validator(
+    ["model", "model_name", "timeout"],
+    lambda v: v["model"] is None or not (SCORE_FLAGS["model_name"].present
+                                         or SCORE_FLAGS["timeout"].present),
+    message="--model_name and --timeout are for a server (--rest, --grpc); --model loads the "
+    "export in this process (its version: --model_version).", flag_values=SCORE_FLAGS)
 flags.register_validator("model_version", lambda v: v is None or v >= 1,
                          message="must be an integer >= 1 (a version folder's number).",
                          flag_values=SCORE_FLAGS)

@@ -9,6 +9,8 @@ import gzip
 import itertools
 import json
 import math
+import os
+import signal
 import sys
 
 import numpy as np
@@ -30,6 +32,10 @@ OPTIONS = ("model", "rest", "grpc", "model_name", "model_version", "input", "for
 # and no export takes a request near this size (20,000 tokens by default), so a longer "line"
 # (a binary file, /dev/zero, a text without newlines) is refused instead of read into memory.
 MAX_LINE_BYTES = 8 << 20
+
+
+# The status of a run whose reader closed the pipe, as the shell reports a SIGPIPE death.
+SIGPIPE_STATUS = 128 + signal.SIGPIPE
 
 
 class InputError(ValueError):
@@ -218,7 +224,8 @@ def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=No
 
     Returns:
         The exit status: 0, 2 for an unreadable input or a bad option or address (the message
-        on stderr), 1 for a failed request.
+        on stderr), 1 for a failed request or a failed write of the scores (a full disk),
+        `SIGPIPE_STATUS` (141), quietly, when the reader of the scores closed the pipe.
     """
     out = out or sys.stdout
     if lines_per_request < 1:
@@ -243,7 +250,15 @@ def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=No
         for result in score(client, lines, lines_per_request):
             total += result["log_likelihood"]
             count += result["num_tokens"]
-            write_result(result, format, out)
+            _write(result, format, out)
+        _write({"total": {"num_tokens": count, "log_likelihood": total,
+                          "perplexity": math.exp(-total / count)}}, format, out)
+    except _OutputClosed:
+        return _output_closed(out)
+    except _OutputError as err:
+        print(f"psmm-score: cannot write the scores to {getattr(out, 'name', 'the output')}: "
+              f"{err}", file=sys.stderr)
+        return 1
     except (OSError, InputError) as err:  # a line after the first, read as it is scored
         return _refuse(f"cannot read {input}: {err}")
     except ServingError as err:
@@ -255,6 +270,32 @@ def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=No
                     "--max_request_tokens).")
         print(f"psmm-score: {err}{hint}", file=sys.stderr)
         return 1
-    write_result({"total": {"num_tokens": count, "log_likelihood": total,
-                            "perplexity": math.exp(-total / count)}}, format, out)
     return 0
+
+
+class _OutputError(Exception):
+    """Writing the scores failed (a full disk); the reason is the message."""
+
+
+class _OutputClosed(Exception):
+    """The reader of the scores went away (`psmm-score ... | head`)."""
+
+
+def _write(result, fmt, out):
+    """`write_result`, flushed, with a failed write told apart from a failed read."""
+    try:
+        write_result(result, fmt, out)
+        out.flush()
+    except BrokenPipeError:
+        raise _OutputClosed() from None
+    except OSError as err:
+        raise _OutputError(err.strerror or str(err)) from None
+
+
+def _output_closed(out):
+    """The status of a run whose reader closed the pipe: quiet, as `head` expects of a
+    program, with the shell's status for SIGPIPE; stdout is pointed at /dev/null so that
+    Python's flush at exit does not report the closed pipe again."""
+    if out is sys.stdout:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return SIGPIPE_STATUS

@@ -127,6 +127,12 @@ def parse(argv, flag_values, *, program, doc, module_name, notes=None, error_sta
     except flags.Error as err:
         sys.stderr.write(f"FATAL Flags error: {err}\nTry {program} --help.\n")
         sys.exit(error_status)
+    except UnicodeDecodeError as err:  # absl reads a --flagfile as UTF-8 text
+        files = ", ".join(arg for arg in args if arg.startswith("--flagfile"))
+        sys.stderr.write(f"FATAL Flags error: {files or '--flagfile'}: not UTF-8 text (byte "
+                         f"{err.start}); expected a text file of flags, one per line.\n"
+                         f"Try {program} --help.\n")
+        sys.exit(error_status)
     if flag_values is not flags.FLAGS:
         flags.FLAGS.mark_as_parsed()  # absl logging reads the global flags
     return remaining

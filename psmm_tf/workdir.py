@@ -229,6 +229,27 @@ def load_vocabulary(run_dir, error=ValueError):
     return Vocabulary.load(vocab_path)
 
 
+def read_text_file(path, expected):
+    """The UTF-8 text of the file `path`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: `path` is not a regular file (a folder, or a FIFO that reading would wait
+            on) or not UTF-8 text; the message names it and `expected` (e.g. "the run's
+            config.json").
+    """
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a regular file (a folder, FIFO or device); expected "
+                         f"{expected}.")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        bad = err.object[err.start:err.start + 1]
+        raise ValueError(f"{path} is not UTF-8 text (byte {err.start}: {bad!r}); expected "
+                         f"{expected}.") from None
+
+
 def check_vocabulary(vocab_path, run_dir):
     """Raises ValueError when `vocab_path` is not the vocabulary the run in `run_dir` trained on.
 
@@ -241,7 +262,9 @@ def check_vocabulary(vocab_path, run_dir):
     hash_path = Path(run_dir) / VOCAB_HASH_FILE
     if not hash_path.is_file():
         return False
-    expected = hash_path.read_text().split()[0] if hash_path.read_text().split() else ""
+    recorded = read_text_file(hash_path, "the sha256 of the run's vocabulary, which "
+                              "psmm-train writes").split()
+    expected = recorded[0] if recorded else ""
     actual = vocabulary_hash(vocab_path)
     if actual != expected:
         raise ValueError(

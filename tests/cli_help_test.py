@@ -7,6 +7,7 @@ side.
 
 import re
 import subprocess
+import tempfile
 import unittest
 
 from psmm_tf import __version__, configs
@@ -68,7 +69,15 @@ class HelpTest(unittest.TestCase):
         runs = {program: start(program, "--help") for program in PROGRAMS}
         runs["medium"] = start("psmm-train", "--preset=medium", "--help")
         runs["version"] = start("psmm-score", "--version")
+        cls.binary = tempfile.NamedTemporaryFile(suffix=".flags")  # noqa: SIM115
+        cls.binary.write(b"--model=\xff\xfe\n")
+        cls.binary.flush()
+        runs["binary_flagfile"] = start("psmm-score", f"--flagfile={cls.binary.name}")
         cls.results = {name: finish(process) for name, process in runs.items()}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.binary.close()
 
     def test_help_lists_the_programs_own_flags_with_help_text(self):
         for program, (_, names) in PROGRAMS.items():
@@ -100,6 +109,13 @@ class HelpTest(unittest.TestCase):
         self.assertRegex(medium_help, r"--hidden_dim: [^\n]*\n"
                                       rf"    \(default from --preset=medium: "
                                       rf"{medium.model.hidden_dim}; an integer\)")
+
+    def test_a_flagfile_that_is_not_text_is_a_flags_error(self):
+        code, _, stderr = self.results["binary_flagfile"]  # was a UnicodeDecodeError traceback
+        self.assertEqual(code, 2, stderr[-2000:])
+        self.assertRegex(stderr, rf"FATAL Flags error: --flagfile={re.escape(self.binary.name)}: "
+                                 r"not UTF-8 text \(byte 8\); expected a text file of flags")
+        self.assertNotIn("Traceback", stderr)
 
     def test_version(self):
         code, stdout, _ = self.results["version"]

@@ -285,11 +285,19 @@ def define_config_flags(flag_values, module_name):
         **common)
 
 
+# The input-to-output gate's fields: set by its flags, where the gate run's checks and defaults
+# come with them (an override of model.base_model would train a gate outside them).
+_GATE_FIELD_FLAGS = {"model.base_model": "input_output_gate_on",
+                     "model.gate_embedding_dim": "gate_embedding_dim",
+                     "model.gate_dropout": "gate_dropout"}
+
+
 def parse_override(text):
     """("section", "field", value) of an --override `section.field=value`; ValueError if bad."""
     path, sep, raw = text.partition("=")
     section, _, name = path.strip().partition(".")
     owner = next((f.name for f in all_flags() if path.strip() in f.fields), None)
+    owner = owner or _GATE_FIELD_FLAGS.get(path.strip())
     if sep and owner:
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
                          f"--{owner}.")

@@ -152,6 +152,19 @@ class WorkdirLockTest(psmm_testing.TrainedRunTestCase):
         self.assertRegex("\n".join(logs.output),
                          rf"Took over the lock file .*killed_holder/\.lock of pid {holder.pid}")
 
+    def test_a_lock_file_that_is_a_fifo_is_refused_and_not_waited_on(self):
+        workdir = Path(self.get_temp_dir()) / "fifo_lock"
+        workdir.mkdir(exist_ok=True)
+        os.mkfifo(workdir / ".lock")
+        before = snapshot(workdir)
+        with self.assertRaisesRegex(run_setup.RunRefusedError,
+                                    r"lock file .*fifo_lock/\.lock is not a regular file"):
+            with run_setup.workdir_lock(workdir):
+                pass
+        self.assertIsNone(run_setup.lock_holder(workdir))  # opened without waiting for a writer
+        self.assertEqual(snapshot(workdir), before)
+        self.assertTrue((workdir / ".lock").is_fifo())
+
     def test_workdir_that_is_a_file_is_refused(self):
         path = Path(self.get_temp_dir()) / "a_file"
         path.write_text("mine\n")

@@ -120,6 +120,9 @@ class FlagsToConfigTest(tf.test.TestCase):
             ("model.input_dropout=0.2", r"has its own flag, --dropout"),
             ("model.switch_units=32", r"model.switch_units has its own flag, --switch_units"),
             ("model.hyperparameters=1", r"expected section.field=value"),
+            # The gate run's checks and defaults come with its flags, not around them.
+            ("model.base_model=run/model.keras", r"has its own flag, --input_output_gate_on"),
+            ("model.gate_dropout=0.3", r"model.gate_dropout has its own flag, --gate_dropout"),
             ("train.keep_checkpoints=0", r"keep_checkpoints must be an integer >= 1, got 0"),
             ("train.eval_length=none", r"'none' is not an integer"),  # not optional
         ]

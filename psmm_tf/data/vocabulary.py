@@ -137,11 +137,15 @@ class Vocabulary:
 
         Raises:
             FileNotFoundError: if the file does not exist.
-            ValueError: for invalid UTF-8, an empty line, a token with whitespace, a duplicate
-                token or a missing `<unk>`; the message names the file and line.
+            ValueError: for a path that is not a regular file, invalid UTF-8, an empty line,
+                a token with whitespace, a duplicate token or a missing `<unk>`; the message
+                names the file and line.
         """
         path = Path(path)
         if not path.is_file():
+            if path.exists():  # a folder, or a FIFO that reading would wait on
+                raise ValueError(f"Vocabulary file {path} is not a regular file (a folder, FIFO "
+                                 f"or device); expected one token per line.")
             raise FileNotFoundError(f"Vocabulary file not found: {path}")
         data = path.read_bytes()
         if data.endswith(b"\n"):

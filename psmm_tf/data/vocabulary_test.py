@@ -86,6 +86,9 @@ class VocabularyTest(testing.TestCase):
         self._load_error(b"", ValueError, r"bad_vocab\.txt is empty")
         with self.assertRaisesRegex(FileNotFoundError, r"Vocabulary file not found: .*missing"):
             Vocabulary.load(self.dir / "missing.txt")
+        with self.assertRaisesRegex(ValueError, r"Vocabulary file .* is not a regular file \(a "
+                                                r"folder, FIFO or device\)"):
+            Vocabulary.load(self.dir)  # was "not found"
 
     def test_constructor_and_build_errors(self):
         with self.assertRaisesRegex(ValueError, r"Duplicate vocabulary token 'a' at ids 1 and 2"):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from psmm_tf import workdir as run_files
+from psmm_tf.data.windows import evaluation_stream_length
 from psmm_tf.evaluation import analysis, figures, neural_cache, pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
@@ -82,11 +83,19 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
                            f"has {sorted(run.corpus.ids)}).")
     ids = run.corpus.ids[split][:max_tokens] if max_tokens else run.corpus.ids[split]
     spelling = run.corpus.spelling(split, stop=len(ids))
+    vocab_size = len(run.corpus.vocabulary)
+    if num_buckets > vocab_size:
+        raise RunLoadError(f"num_buckets={num_buckets}: more frequency buckets than the "
+                           f"{vocab_size} words of the run's vocabulary (paper: 10).")
+    # More streams, or longer windows, than the split has targets would only add padding: the
+    # same scores (each target once, the state carried), without the padding's memory.
+    batch_size = max(1, min(batch_size, len(ids) - 1))
+    length = max(1, min(length or run.config.train.eval_length,
+                        evaluation_stream_length(len(ids), batch_size)))
     has_pointer = model_class(run.config.model.kind).has_pointer
     if positions is not None:
         _check_positions(positions, has_pointer, run, workdir, split, len(ids))
     with _staged_report(output_dir) as staging:
-        length = length or run.config.train.eval_length
         targets = ids[1:]
         in_window = analysis.target_in_window(ids, run.config.model.window_size)
         evaluator = Evaluator(run.model, batch_size=batch_size, length=length)

@@ -45,13 +45,14 @@ def read_model_file(path, error=ValueError, advice=""):
     """The model in the `.keras` file `path`: the package's one reader of `.keras` files.
 
     Raises:
-        `error`: the file is truncated, damaged or not a `.keras` file; the message names it
-            and ends with `advice`.
+        `error`: the file is truncated, damaged or not a `.keras` file, or holds a model that is
+            not one of the package's (a plain Keras model); the message names it and ends with
+            `advice`.
         OSError: the disk is full (ENOSPC, EDQUOT, EFBIG): reading a `.keras` file unpacks it
             into the temporary folder (the error's `filename`); the message says so.
     """
     try:  # psmm_tf.models, imported before this module, registers the classes
-        return keras.saving.load_model(path)
+        model = keras.saving.load_model(path)
     except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as err:
         if isinstance(err, OSError) and err.errno in _DISK_FULL_ERRNOS:
             raise OSError(err.errno, f"out of disk space ({err.strerror}) unpacking {path} "
@@ -59,6 +60,13 @@ def read_model_file(path, error=ValueError, advice=""):
                           "folder with room", tempfile.gettempdir()) from None
         raise error(f"{path} cannot be read as a .keras model (truncated, damaged or another "
                     f"format: {str(err).splitlines()[0][:200]}).{advice}") from None
+    # A class of psmm_tf.models or a user's subclass of one (by module: this module is
+    # imported by those classes' own).
+    if not any(cls.__module__.startswith("psmm_tf.models.") for cls in type(model).__mro__):
+        raise error(f"{path} holds a {type(model).__name__}, not a psmm_tf language model (a "
+                    f"psmm-train run's model.keras, or a model of psmm_tf.models saved with "
+                    f"model.save).{advice}")
+    return model
 
 
 def holds_keras_hub_config(path):

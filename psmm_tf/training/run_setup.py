@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -475,10 +476,16 @@ def _acquire_lock(path):
     """Opens, flocks and fills `path` with this process's pid; returns the descriptor."""
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            # Non-blocking: opening a FIFO someone put there would wait for a writer.
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as err:
             raise RunRefusedError(f"Cannot write the lock file {path} (is the workdir "
                                   f"writable?): {err.strerror}.") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise RunRefusedError(f"The lock file {path} is not a regular file (a FIFO, device "
+                                  f"or socket); expected psmm-train's own lock file. Move it "
+                                  f"away; nothing was written.")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -512,8 +519,11 @@ def lock_holder(workdir):
     """The pid (a str, "?" when unreadable) of the run holding `<workdir>/.lock`, or None when
     no run holds it. Reads only: the lock file is neither created nor changed."""
     try:
-        fd = os.open(Path(workdir) / run_files.LOCK_FILE, os.O_RDONLY)
+        fd = os.open(Path(workdir) / run_files.LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # not a run's lock file: no run holds it
+        os.close(fd)
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
