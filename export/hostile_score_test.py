@@ -7,6 +7,7 @@ import gzip
 import http.server
 import io
 import json
+import shlex
 import shutil
 import signal
 import socket
@@ -261,10 +262,11 @@ class ScoreSweepTest(tf.test.TestCase):
         self.assertEqual(code, 1)
         self.assertRegex(err.getvalue(), r"^psmm-score: cannot write the scores to /dev/full: "
                                          r"No space left on device\n$")
-        done = subprocess.run(
-            f"{sys.executable} -m psmm_tf.export.score --model={export_dir} --input={text} "
-            f"| head -n 2; echo status ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
-            capture_output=True, text=True, timeout=300)
+        command = shlex.join([sys.executable, "-m", "psmm_tf.export.score",
+                              f"--model={export_dir}", f"--input={text}"])
+        done = subprocess.run(f"{command} | head -n 2; echo status ${{PIPESTATUS[0]}}",
+                              shell=True, executable="/bin/bash", capture_output=True,
+                              text=True, timeout=300)
         lines = done.stdout.splitlines()
         self.assertEqual(len(lines), 3, done)
         self.assertTrue(lines[0].startswith("the\t"), lines)

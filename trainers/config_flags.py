@@ -286,7 +286,8 @@ def define_config_flags(flag_values, module_name):
 
 
 # The input-to-output gate's fields: set by its flags, where the gate run's checks and defaults
-# come with them (an override of model.base_model would train a gate outside them).
+# come with them (an override of model.base_model would train a gate outside them); `none`
+# for model.base_model is the default, no gate run.
 _GATE_FIELD_FLAGS = {"model.base_model": "input_output_gate_on",
                      "model.gate_embedding_dim": "gate_embedding_dim",
                      "model.gate_dropout": "gate_dropout"}
@@ -297,7 +298,6 @@ def parse_override(text):
     path, sep, raw = text.partition("=")
     section, _, name = path.strip().partition(".")
     owner = next((f.name for f in all_flags() if path.strip() in f.fields), None)
-    owner = owner or _GATE_FIELD_FLAGS.get(path.strip())
     if sep and owner:
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
                          f"--{owner}.")
@@ -316,6 +316,10 @@ def parse_override(text):
     except (ValueError, KeyError):
         expected = {int: "an integer", float: "a number", bool: "true or false"}.get(kind, "text")
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: {raw!r} is not {expected}.") from None
+    gate_flag = _GATE_FIELD_FLAGS.get(path.strip())
+    if gate_flag and value is not None:  # None: no gate run, as without the override
+        raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
+                         f"--{gate_flag}.")
     return section, name, value
 
 
