@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import tensorflow as tf
 
-from psmm_tf.export.versions import version_numbers
+from psmm_tf.export.versions import version_folders, version_number
 
 
 class ServingError(RuntimeError):
@@ -76,16 +76,17 @@ def resolve_export_dir(path, version=None):
         raise FileNotFoundError(f"No export folder {path}.")
     if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
         name = os.path.basename(os.path.normpath(path))
-        if version is not None and name != str(version):
+        if version is not None and version_number(name) != version:
             raise FileNotFoundError(
                 f"Version {version} was asked for, but {path} is the export of version "
                 f"{name!r}; give the base folder of the versions.")
         return path
-    versions = version_numbers(tf.io.gfile.listdir(path))
+    folders = version_folders(tf.io.gfile.listdir(path))
+    versions = list(folders)
     if not versions:
         raise FileNotFoundError(f"No saved_model.pb and no version folder in {path}.")
     complete = [v for v in versions
-                if tf.io.gfile.exists(os.path.join(path, str(v), "saved_model.pb"))]
+                if tf.io.gfile.exists(os.path.join(path, folders[v], "saved_model.pb"))]
     chosen = versions[-1] if version is None else version
     if chosen not in versions:
         raise FileNotFoundError(f"No version {version} in {path}; it holds versions "
@@ -94,9 +95,9 @@ def resolve_export_dir(path, version=None):
         others = (f"the complete versions are {', '.join(map(str, complete))} (--model_version)"
                   if complete else "no version holds one")
         raise FileNotFoundError(
-            f"{os.path.join(path, str(chosen))} is not an export: no saved_model.pb in it (an "
-            f"interrupted export, or a file?); {others}.")
-    return os.path.join(path, str(chosen))
+            f"{os.path.join(path, folders[chosen])} is not an export: no saved_model.pb in it "
+            f"(an interrupted export, or a file?); {others}.")
+    return os.path.join(path, folders[chosen])
 
 
 class LocalClient:

@@ -33,7 +33,7 @@ from psmm_tf.evaluation.neural_cache import (
 )
 from psmm_tf.export import cache, serving_module, warmup
 from psmm_tf.export.serving_module import ServingModule
-from psmm_tf.export.versions import MAX_VERSION, version_numbers
+from psmm_tf.export.versions import MAX_VERSION, version_folders
 
 DEFAULT_CACHE_THETA, DEFAULT_CACHE_LAMBDA = DEFAULT_THETA, DEFAULT_LAMBDA  # NeuralCache's
 # The run's config inside an export (`assets.extra/`), as the run's own file is named.
@@ -264,7 +264,7 @@ def next_version(export_base):
     """
     if not tf.io.gfile.isdir(export_base):
         return 1
-    latest = max(version_numbers(tf.io.gfile.listdir(export_base)), default=0)
+    latest = max(version_folders(tf.io.gfile.listdir(export_base)), default=0)
     if latest == MAX_VERSION:
         raise ValueError(f"--export_base={export_base} holds version {latest}, TF Serving's "
                          f"largest (int64): no next version; give --model_version=N for a free "
@@ -291,7 +291,11 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
         FileExistsError: if the version exists.
         FileNotFoundError: `export_base` is a symbolic link that leads nowhere.
         ValueError: a version < 1, `max_tokens` outside [2, 2**31 - 1] (`check_max_tokens`),
-            or an `export_base` that is a version folder itself (`check_export_base`).
+            or an `export_base` that is a version folder itself or, without `version`, holds
+            TF Serving's largest version (`check_export_base`).
+
+    A failed export removes its temporary folder and the folders it created for
+    `export_base`.
     """
     check_max_tokens(max_tokens)
     check_export_base(export_base, version)
@@ -306,7 +310,7 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
     final = os.path.join(export_base, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists; versions are never overwritten.")
-    created = not os.path.lexists(export_base)
+    created = _missing_folders(export_base)
     os.makedirs(export_base, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_base)
     try:
@@ -336,11 +340,21 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
         os.rename(temporary, final)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
-        if created:  # a failed export leaves no folder it made behind
+        for folder in created:  # a failed export leaves no folder it made behind
             with contextlib.suppress(OSError):
-                os.rmdir(export_base)
+                os.rmdir(folder)
         raise
     return final
+
+
+def _missing_folders(path):
+    """The folders `os.makedirs(path)` would create, deepest first."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
 
 
 def describe_signatures(export_dir):

@@ -288,6 +288,9 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
         from psmm_tf.export.clients import resolve_export_dir
 
         self.assertEqual(resolve_export_dir(str(last), 3), str(last / "3"))
+        os.rename(last / "3", last / "003")  # as TF Serving reads it: version 3, in "003"
+        self.assertEqual(resolve_export_dir(str(last), 3), str(last / "003"))
+        self.assertEqual(resolve_export_dir(str(last / "003"), 3), str(last / "003"))
         self.assertEqual(a_file.read_text(), "mine\n")
         self.assertEqual(sorted(p.name for p in taken.iterdir()), ["1"])
         self.assertEqual(sorted(p.name for p in (taken / "1").iterdir()), ["saved_model.pb"])
@@ -308,8 +311,8 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
                 self.assertEqual(sorted(p.name for p in (taken / "1").iterdir()),
                                  ["saved_model.pb"])
         with self.assertRaises(AttributeError):  # no model: fails inside the export
-            export_lib.export(None, str(run / "vocab.txt"), str(root / "b6"))
-        self.assertFalse((root / "b6").exists())  # the base it made is gone with it
+            export_lib.export(None, str(run / "vocab.txt"), str(root / "b6" / "deep"))
+        self.assertFalse((root / "b6").exists())  # the folders it made are gone with it
 
 
 class ExportVocabularyTest(tf.test.TestCase):

@@ -251,19 +251,14 @@ class ScoreSweepTest(tf.test.TestCase):
         text.write_text("the cat sat\n" * 4000)
         # Both were "cannot read lines.txt: [Errno 28] No space left on device" (or "Broken
         # pipe"), status 2.
-        full = open("/dev/full", "w")  # noqa: SIM115 (closing it flushes: fails again)
-        err = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(err):
-                code = score.main([f"--model={export_dir}", f"--input={text}"], out=full)
-        finally:
-            with contextlib.suppress(OSError):
-                full.close()
-        self.assertEqual(code, 1)
-        self.assertRegex(err.getvalue(), r"^psmm-score: cannot write the scores to /dev/full: "
-                                         r"No space left on device\n$")
         command = shlex.join([sys.executable, "-m", "psmm_tf.export.score",
                               f"--model={export_dir}", f"--input={text}"])
+        full = subprocess.run(f"{command} > /dev/full", shell=True, capture_output=True,
+                              text=True, timeout=300)
+        self.assertEqual(full.returncode, 1, full.stderr[-2000:])
+        self.assertRegex(full.stderr, r"psmm-score: cannot write the scores to stdout: No space "
+                                      r"left on device\n$")
+        self.assertNotIn("Traceback", full.stderr)
         done = subprocess.run(f"{command} | head -n 2; echo status ${{PIPESTATUS[0]}}",
                               shell=True, executable="/bin/bash", capture_output=True,
                               text=True, timeout=300)

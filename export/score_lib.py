@@ -256,8 +256,8 @@ def run(*, model=None, rest=None, grpc=None, model_name="psmm", model_version=No
     except _OutputClosed:
         return _output_closed(out)
     except _OutputError as err:
-        print(f"psmm-score: cannot write the scores to {getattr(out, 'name', 'the output')}: "
-              f"{err}", file=sys.stderr)
+        where = "stdout" if out is sys.stdout else getattr(out, "name", "the output")
+        print(f"psmm-score: cannot write the scores to {where}: {err}", file=sys.stderr)
         return 1
     except (OSError, InputError) as err:  # a line after the first, read as it is scored
         return _refuse(f"cannot read {input}: {err}")

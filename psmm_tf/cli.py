@@ -127,27 +127,33 @@ def parse(argv, flag_values, *, program, doc, module_name, notes=None, error_sta
     except flags.Error as err:
         sys.stderr.write(f"FATAL Flags error: {err}\nTry {program} --help.\n")
         sys.exit(error_status)
-    except UnicodeDecodeError as err:  # absl reads a --flagfile as UTF-8 text
-        files = ", ".join(arg for arg in args if arg.startswith("--flagfile"))
-        sys.stderr.write(f"FATAL Flags error: {files or '--flagfile'}: not UTF-8 text (byte "
-                         f"{err.start}); expected a text file of flags, one per line.\n"
-                         f"Try {program} --help.\n")
+    except UnicodeDecodeError as err:  # absl reads a --flagfile as text (the locale's)
+        files = [f"--flagfile={value}" for value in _flag_values(args, "flagfile")]
+        sys.stderr.write(f"FATAL Flags error: {', '.join(files) or '--flagfile'}: a flag file "
+                         f"that is not text ({err.encoding}: {err.reason}); expected a text "
+                         f"file of flags, one per line.\nTry {program} --help.\n")
         sys.exit(error_status)
     if flag_values is not flags.FLAGS:
         flags.FLAGS.mark_as_parsed()  # absl logging reads the global flags
     return remaining
 
 
+def _flag_values(args, name):
+    """The values given to `--name` in `args`, as `--name=V` or `--name V`."""
+    values = []
+    for i, arg in enumerate(args):
+        if arg.startswith(f"--{name}="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == f"--{name}" and i + 1 < len(args):
+            values.append(args[i + 1])
+    return values
+
+
 def flag_in(argv, name, flag_values):
     """The value of `--name` on a command line (e.g. --preset, before parsing, for --help
     notes), or the flag's default when it is absent or not one of an enum's values."""
-    args = _before_separator(list(argv[1:]))
-    value = None
-    for i, arg in enumerate(args):
-        if arg.startswith(f"--{name}="):
-            value = arg.split("=", 1)[1]
-        elif arg == f"--{name}" and i + 1 < len(args):
-            value = args[i + 1]
+    given = _flag_values(_before_separator(list(argv[1:])), name)
+    value = given[-1] if given else None
     flag = flag_values[name]
     enum_values = getattr(flag.parser, "enum_values", None)
     if value is None or (enum_values and value not in enum_values):

@@ -297,7 +297,10 @@ def parse_override(text):
     """("section", "field", value) of an --override `section.field=value`; ValueError if bad."""
     path, sep, raw = text.partition("=")
     section, _, name = path.strip().partition(".")
-    owner = next((f.name for f in all_flags() if path.strip() in f.fields), None)
+    owner = next((f.name for f in all_flags() if path.strip() in f.fields),
+                 _GATE_FIELD_FLAGS.get(path.strip()))
+    if path.strip() == "model.base_model" and raw.strip().lower() == "none":
+        owner = None  # the default: no gate run
     if sep and owner:
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
                          f"--{owner}.")
@@ -316,10 +319,6 @@ def parse_override(text):
     except (ValueError, KeyError):
         expected = {int: "an integer", float: "a number", bool: "true or false"}.get(kind, "text")
         raise ValueError(f"--{OVERRIDE_FLAG}={text}: {raw!r} is not {expected}.") from None
-    gate_flag = _GATE_FIELD_FLAGS.get(path.strip())
-    if gate_flag and value is not None:  # None: no gate run, as without the override
-        raise ValueError(f"--{OVERRIDE_FLAG}={text}: {path.strip()} has its own flag, "
-                         f"--{gate_flag}.")
     return section, name, value
 
 

@@ -132,8 +132,7 @@ class EvaluateSweepTest(psmm_testing.TrainedRunTestCase):
                                             r"targets of split='valid'"),
             # np.array_split made that many arrays (memory without end for 10**12).
             (good, {"num_buckets": 10**12},
-             r"num_buckets=1000000000000: more frequency buckets than the \d+ words of the "
-             r"run's vocabulary"),
+             r"num_buckets=1000000000000: expected 1 to the \d+ words of the vocabulary"),
         ]:
             with self.subTest(run=run.name, options=options):
                 before = snapshot(run)
@@ -143,8 +142,8 @@ class EvaluateSweepTest(psmm_testing.TrainedRunTestCase):
                                                         **options)
                 self.assertEqual(snapshot(run), before)
         self.assertEqual(a_file.read_text(), "mine\n")
-        # Windows and streams past the split's 49 targets are padding: clamped, the same scores
-        # (the padding of a 10**9-token window did not fit in memory).
+        # Windows and streams past the split's 49 targets are padding: cut by the Evaluator,
+        # the same scores (the padding of a 10**9-token window did not fit in memory).
         small = report.evaluation_report(good, root / "small_windows", "valid", max_tokens=50,
                                          length=7, batch_size=1)
         huge = report.evaluation_report(good, root / "huge_windows", "valid", max_tokens=50,
@@ -153,6 +152,9 @@ class EvaluateSweepTest(psmm_testing.TrainedRunTestCase):
                                         length=1, batch_size=49)
         self.assertAllClose(huge["perplexity"], wide["perplexity"], rtol=1e-5)
         self.assertNotAllClose(huge["perplexity"], small["perplexity"])  # without context
+        with self.assertRaisesRegex(ValueError, "batch_size must be >= 1, got 0"):
+            report.evaluation_report(good, root / "no_streams", "valid", max_tokens=50,
+                                     batch_size=0)
         done = run_script("trainers/evaluate.py", [f"--workdir={cut_model}", "--max_tokens=50"])
         self.assertEqual(done.returncode, 1)
         self.assertRegex(done.stderr, r"FATAL .*cut_model/model.keras cannot be read")

@@ -22,9 +22,15 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from psmm_tf.data.windows import (
+from psmm_tf.data.windows import (  # noqa: F401 (the pipeline's names before windows.py)
+    check_ids,
+    check_int,
+    check_spelling,
     check_training_arguments,
+    evaluation_steps,
     evaluation_window_arrays,
+    split_into_streams,
+    steps_per_epoch,
     stream_length,
 )
 

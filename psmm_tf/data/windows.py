@@ -235,8 +235,22 @@ def evaluation_window_arrays(ids, batch_size: int = 1, length: int = 100,
     return features
 
 
+def evaluation_window_shape(num_ids: int, batch_size: int, length: int) -> tuple:
+    """`(B, T)` of `iter_evaluation_windows` for a text of `num_ids` ids: `batch_size` and
+    `length` cut to the text, at most one stream per target and windows at most a stream long
+    (more would only be padding: the same scores, without its memory). ValueError for a bad
+    argument."""
+    batch_size = check_int(batch_size, "batch_size", 1)
+    length = check_int(length, "length", 1)
+    batch_size = min(batch_size, max(num_ids - 1, 1))
+    return batch_size, min(length, max(evaluation_stream_length(num_ids, batch_size), 1))
+
+
 def iter_evaluation_windows(ids, batch_size: int = 1, length: int = 100, spelling=None):
-    """The windows of `evaluation_window_arrays`, one dict of [B, T] arrays at a time."""
+    """The windows of `evaluation_window_arrays`, one dict of [B, T] arrays at a time, with
+    `(B, T) = evaluation_window_shape(len(ids), batch_size, length)`."""
+    ids = check_ids(ids)
+    batch_size, length = evaluation_window_shape(len(ids), batch_size, length)
     features = evaluation_window_arrays(ids, batch_size, length, spelling)
     for k in range(len(features["token_ids"])):
         yield {key: value[k] for key, value in features.items()}

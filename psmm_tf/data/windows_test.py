@@ -134,6 +134,21 @@ class EvaluationWindowsTest(testing.TestCase):
             for key in arrays:
                 self.assertAllEqual(window[key], arrays[key][k])
 
+    def test_iteration_cuts_streams_and_windows_to_the_text(self):
+        # 23 ids, 22 targets: at most 22 streams; 3 streams of ceil(22 / 3) = 8 targets.
+        self.assertEqual(windows.evaluation_window_shape(23, 100, 100), (22, 1))
+        self.assertEqual(windows.evaluation_window_shape(23, 3, 100), (3, 8))
+        self.assertEqual(windows.evaluation_window_shape(23, 3, 5), (3, 5))
+        ids = self.rng.integers(0, 50, size=23)
+        listed = list(windows.iter_evaluation_windows(ids, batch_size=10**9, length=10**9))
+        expected = windows.evaluation_window_arrays(ids, 22, 1)  # only padding cut away
+        self.assertLen(listed, len(expected["token_ids"]))
+        for k, window in enumerate(listed):
+            for key in expected:
+                self.assertAllEqual(window[key], expected[key][k])
+        with self.assertRaisesRegex(ValueError, "length must be >= 1, got 0"):
+            windows.evaluation_window_shape(23, 1, 0)
+
     def test_shapes_by_hand(self):
         self.assertEqual(windows.stream_length(101, 4), 25)
         self.assertEqual(windows.steps_per_epoch(101, 4, 5), 5)

@@ -21,8 +21,14 @@ def frequency_buckets(train_counts, num_buckets=10, by="types"):
 
     Returns:
         int `(vocab_size,)`, values in [0, num_buckets).
+
+    Raises:
+        ValueError: `num_buckets` is not in [1, vocab_size], or `by` is neither.
     """
     counts = np.asarray(train_counts, np.int64)
+    if not 1 <= num_buckets <= len(counts):
+        raise ValueError(f"num_buckets={num_buckets}: expected 1 to the {len(counts)} words of "
+                         f"the vocabulary (paper: 10).")
     order = np.lexsort((np.arange(len(counts)), -counts))  # count descending, then id
     bucket_of = np.empty(len(counts), np.int64)
     if by == "types":

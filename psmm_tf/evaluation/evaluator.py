@@ -19,7 +19,12 @@ import numpy as np
 from keras import ops
 
 from psmm_tf.compiled import inference_function
-from psmm_tf.data.windows import evaluation_stream_length, iter_evaluation_windows
+from psmm_tf.data.windows import (
+    check_int,
+    evaluation_stream_length,
+    evaluation_window_shape,
+    iter_evaluation_windows,
+)
 
 
 @dataclasses.dataclass
@@ -52,9 +57,14 @@ class Evaluator:
 
     Args:
         model: a `LanguageModel` (PSMM, LSTM, ...).
-        batch_size: int. Streams B read side by side (1: exact).
-        length: int. Window length T of a step (speed; in float32 results do not depend on it,
-            under a 16-bit policy to about 1e-5: the module's docstring).
+        batch_size: int >= 1. Streams B read side by side (1: exact); a text of fewer targets
+            is read in one stream per target.
+        length: int >= 1. Window length T of a step (speed; in float32 results do not depend on
+            it, under a 16-bit policy to about 1e-5: the module's docstring), at most a stream's
+            length.
+
+    Raises:
+        ValueError: `batch_size` or `length` is not an int >= 1.
         jit_compile: bool. XLA-compile the step on TensorFlow (on JAX it always is).
 
     It runs on the TensorFlow and JAX backends (JAX without TensorFlow installed too): the
@@ -77,8 +87,8 @@ class Evaluator:
 
     def __init__(self, model, batch_size=1, length=100, jit_compile=False):
         self.model = model
-        self.batch_size = batch_size
-        self.length = length
+        self.batch_size = check_int(batch_size, "batch_size", 1)
+        self.length = check_int(length, "length", 1)
         self._step = inference_function(model, self._scores, jit_compile=jit_compile)
 
     def evaluate(self, ids, max_tokens=None, collect=False, attention_positions=(),
@@ -103,15 +113,17 @@ class Evaluator:
             spelling = None if spelling is None else spelling[:max_tokens]
         num_targets = len(ids) - 1
         wanted = {int(p) for p in attention_positions}
-        stream = evaluation_stream_length(len(ids), self.batch_size)  # the last may be shorter
+        # At most one stream per target, windows at most a stream long (the windows' shape).
+        batch_size, length = evaluation_window_shape(len(ids), self.batch_size, self.length)
+        stream = evaluation_stream_length(len(ids), batch_size)  # the last may be shorter
         model = self.model
-        state = model.zero_state(self.batch_size)
-        memory = model.empty_memory(self.batch_size)
+        state = model.zero_state(batch_size)
+        memory = model.empty_memory(batch_size)
         nll_sum, gate_sum = 0.0, 0.0
         nll = np.zeros(num_targets) if collect else None
         gate = np.zeros(num_targets, np.float32) if collect else None
         attention = {}
-        windows = iter_evaluation_windows(ids, batch_size=self.batch_size, length=self.length,
+        windows = iter_evaluation_windows(ids, batch_size=batch_size, length=length,
                                           spelling=spelling)
         for k, batch in enumerate(windows):
             log_probs, gates, state, memory, extra = self._step(batch, state, memory)
@@ -120,34 +132,34 @@ class Evaluator:
             nll_sum -= float(np.sum(log_probs.astype(np.float64) * weights))
             gate_sum += float(np.sum(gates * weights))
             # Target index of row b, column t: b * stream + k * length + t.
-            index = (np.arange(self.batch_size)[:, None] * stream + k * self.length
-                     + np.arange(self.length)[None, :])
+            index = (np.arange(batch_size)[:, None] * stream + k * length
+                     + np.arange(length)[None, :])
             valid = weights > 0
             if collect:
                 nll[index[valid]] = -log_probs[valid]
                 gate[index[valid]] = gates[valid]
             if wanted and "attention" in extra:
-                self._keep_attention(extra, index, k, valid, wanted, attention)
+                self._keep_attention(extra, index, k, length, valid, wanted, attention)
         return EvaluationResult(
             perplexity=math.exp(nll_sum / num_targets), nll_sum=nll_sum,
             num_targets=num_targets, mean_gate=gate_sum / num_targets, nll=nll, gate=gate,
             attention=attention,
         )
 
-    def _keep_attention(self, extra, index, k, valid, wanted, attention):
+    def _keep_attention(self, extra, index, k, length, valid, wanted, attention):
         rows, cols = np.nonzero(valid & np.isin(index, list(wanted)))
         if not len(rows):
             return
         weights = ops.convert_to_numpy(extra["attention"])
         key_ids = ops.convert_to_numpy(extra["key_ids"])
         size = self.model.window_size
-        num_memory = key_ids.shape[1] - self.length
+        num_memory = key_ids.shape[1] - length
         for b, t in zip(rows, cols, strict=True):
             j = int(index[b, t])
             # Keys of position t: num_memory + t - L + 1 .. num_memory + t (eq. 5's window),
             # of which only those since the start of the stream exist.
             last = num_memory + t
-            first = max(last - size + 1, last - (k * self.length + t))
+            first = max(last - size + 1, last - (k * length + t))
             attention[j] = {"key_ids": key_ids[b, first:last + 1].copy(),
                             "weights": weights[b, t, first:last + 1].copy()}
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from psmm_tf import workdir as run_files
-from psmm_tf.data.windows import evaluation_stream_length
 from psmm_tf.evaluation import analysis, figures, neural_cache, pointer_diagnostics
 from psmm_tf.evaluation.evaluator import Evaluator
 from psmm_tf.evaluation.trained_run import RunLoadError, load_trained_run
@@ -83,19 +82,15 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
                            f"has {sorted(run.corpus.ids)}).")
     ids = run.corpus.ids[split][:max_tokens] if max_tokens else run.corpus.ids[split]
     spelling = run.corpus.spelling(split, stop=len(ids))
-    vocab_size = len(run.corpus.vocabulary)
-    if num_buckets > vocab_size:
-        raise RunLoadError(f"num_buckets={num_buckets}: more frequency buckets than the "
-                           f"{vocab_size} words of the run's vocabulary (paper: 10).")
-    # More streams, or longer windows, than the split has targets would only add padding: the
-    # same scores (each target once, the state carried), without the padding's memory.
-    batch_size = max(1, min(batch_size, len(ids) - 1))
-    length = max(1, min(length or run.config.train.eval_length,
-                        evaluation_stream_length(len(ids), batch_size)))
+    try:  # before the evaluation passes
+        bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
+    except ValueError as err:
+        raise RunLoadError(str(err)) from None
     has_pointer = model_class(run.config.model.kind).has_pointer
     if positions is not None:
         _check_positions(positions, has_pointer, run, workdir, split, len(ids))
     with _staged_report(output_dir) as staging:
+        length = length or run.config.train.eval_length
         targets = ids[1:]
         in_window = analysis.target_in_window(ids, run.config.model.window_size)
         evaluator = Evaluator(run.model, batch_size=batch_size, length=length)
@@ -105,7 +100,6 @@ def evaluation_report(workdir, output_dir, split="test", baseline_workdir=None, 
             positions = figures.choose_positions(first.gate, in_window, num_examples)
         result = evaluator.evaluate(ids, collect=True, spelling=spelling,
                                     attention_positions=(positions or ()) if has_pointer else ())
-        bucket_of = analysis.frequency_buckets(run.corpus.train_counts, num_buckets, bucket_by)
         metrics = {
             "workdir": str(workdir), "model": model_label(run.config.model), "split": split,
             "model_source": run.model_source, "model_path": run.source,

@@ -41,6 +41,12 @@ PRESET_DESCRIPTION = (f"a preset is a folder holding {PRESET_CONFIG_FILE} (writt
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
+# The bases of every language model `read_model_file` returns (LanguageModel and
+# InputOutputGateLM share ScoringMixin).
+_LANGUAGE_MODEL_BASES = {("psmm_tf.models.language_model", "ScoringMixin"),
+                         ("psmm_tf.models.char_output_lm", "CharacterOutputLM")}
+
+
 def read_model_file(path, error=ValueError, advice=""):
     """The model in the `.keras` file `path`: the package's one reader of `.keras` files.
 
@@ -60,9 +66,10 @@ def read_model_file(path, error=ValueError, advice=""):
                           "folder with room", tempfile.gettempdir()) from None
         raise error(f"{path} cannot be read as a .keras model (truncated, damaged or another "
                     f"format: {str(err).splitlines()[0][:200]}).{advice}") from None
-    # A class of psmm_tf.models or a user's subclass of one (by module: this module is
-    # imported by those classes' own).
-    if not any(cls.__module__.startswith("psmm_tf.models.") for cls in type(model).__mro__):
+    # isinstance of the package's language models (a user's subclass too), by name: their
+    # modules import this one.
+    if not any((cls.__module__, cls.__qualname__) in _LANGUAGE_MODEL_BASES
+               for cls in type(model).__mro__):
         raise error(f"{path} holds a {type(model).__name__}, not a psmm_tf language model (a "
                     f"psmm-train run's model.keras, or a model of psmm_tf.models saved with "
                     f"model.save).{advice}")

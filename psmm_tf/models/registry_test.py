@@ -77,6 +77,25 @@ class RegistryTest(testing.TestCase):
                                                 "got 'registry_test_lm'"):
             build_model(config)
 
+    def test_a_model_file_holds_a_language_model_or_is_refused(self):
+        import importlib
+        import os
+
+        from psmm_tf.models import presets
+
+        for module, name in presets._LANGUAGE_MODEL_BASES:  # the names read_model_file checks
+            self.assertTrue(isinstance(getattr(importlib.import_module(module), name), type))
+        tiny = dataclasses.replace(configs.get_preset("tiny").model, vocab_size=30)
+        model = build_model(dataclasses.replace(tiny, kind="lstm"))
+        directory = self.get_temp_dir()
+        model.save(os.path.join(directory, "lm.keras"))
+        self.assertIsInstance(presets.read_model_file(os.path.join(directory, "lm.keras")),
+                              LanguageModel)
+        model.backbone.save(os.path.join(directory, "backbone.keras"))  # a psmm_tf class too
+        with self.assertRaisesRegex(ValueError, r"backbone.keras holds a LSTMBackbone, not a "
+                                                r"psmm_tf language model"):
+            presets.read_model_file(os.path.join(directory, "backbone.keras"))
+
     def test_a_kind_is_taken_once_and_must_be_declared(self):
         class Unnamed(LanguageModel):
             pass

@@ -475,17 +475,18 @@ def workdir_lock(workdir, enabled=True):
 def _acquire_lock(path):
     """Opens, flocks and fills `path` with this process's pid; returns the descriptor."""
     while True:
+        with contextlib.suppress(FileNotFoundError):  # a socket or device: refused unopened
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                _refuse_lock_file(path)
         try:
-            # Non-blocking: opening a FIFO someone put there would wait for a writer.
+            # Non-blocking: a FIFO put there between the stat and the open is not waited on.
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as err:
             raise RunRefusedError(f"Cannot write the lock file {path} (is the workdir "
                                   f"writable?): {err.strerror}.") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise RunRefusedError(f"The lock file {path} is not a regular file (a FIFO, device "
-                                  f"or socket); expected psmm-train's own lock file. Move it "
-                                  f"away; nothing was written.")
+            _refuse_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -508,6 +509,12 @@ def _acquire_lock(path):
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
+
+
+def _refuse_lock_file(path):
+    raise RunRefusedError(f"The lock file {path} is not a regular file (a FIFO, device or "
+                          f"socket); expected psmm-train's own lock file. Move it away; nothing "
+                          f"was written.")
 
 
 def _read_lock_pid(fd):
