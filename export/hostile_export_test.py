@@ -281,14 +281,11 @@ class ExportSweepTest(psmm_testing.TrainedRunTestCase):
                 self.assertFalse(base.exists() and base.is_dir()
                                  and base not in (taken, taken / "1", last))
         self.assertEqual(sorted(p.name for p in last.iterdir()), ["9223372036854775807", "²"])
-        # A version that fits is written beside them; "²" is not read as one.
-        code, _, stderr = testing.run_export_main([f"--workdir={run}", f"--export_base={last}",
-                                                   "--model_version=3"])
-        self.assertEqual(code, 0, stderr)
+        # "²" is no version; "003" is version 3, as TF Serving reads it.
         from psmm_tf.export.clients import resolve_export_dir
 
-        self.assertEqual(resolve_export_dir(str(last), 3), str(last / "3"))
-        os.rename(last / "3", last / "003")  # as TF Serving reads it: version 3, in "003"
+        (last / "003").mkdir(exist_ok=True)
+        (last / "003" / "saved_model.pb").write_bytes(b"a version's file")
         self.assertEqual(resolve_export_dir(str(last), 3), str(last / "003"))
         self.assertEqual(resolve_export_dir(str(last / "003"), 3), str(last / "003"))
         self.assertEqual(a_file.read_text(), "mine\n")

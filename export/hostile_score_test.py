@@ -247,18 +247,23 @@ class ScoreSweepTest(tf.test.TestCase):
     def test_a_failed_write_is_not_called_a_failed_read_and_a_closed_pipe_is_quiet(self):
         export_dir = testing.shared_export()[2]
         text = Path(self.get_temp_dir()) / "lines.txt"
-        # Scores of ~400 KB: more than a pipe holds, so writes go on after `head` has exited.
-        text.write_text("the cat sat\n" * 4000)
+        # Scores of ~200 KB: more than a pipe holds, so writes go on after `head` has exited.
+        text.write_text("the cat sat\n" * 1500)
         # Both were "cannot read lines.txt: [Errno 28] No space left on device" (or "Broken
-        # pipe"), status 2.
+        # pipe"), status 2. Stdout is /dev/full, as `psmm-score ... > /dev/full` has it.
+        full = open("/dev/full", "w")  # noqa: SIM115 (closing it flushes: fails again)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(full), contextlib.redirect_stderr(err):
+                code = score.main([f"--model={export_dir}", f"--input={text}"])
+        finally:
+            with contextlib.suppress(OSError):
+                full.close()
+        self.assertEqual(code, 1)
+        self.assertEqual(err.getvalue(), "psmm-score: cannot write the scores to stdout: No space "
+                                         "left on device\n")
         command = shlex.join([sys.executable, "-m", "psmm_tf.export.score",
                               f"--model={export_dir}", f"--input={text}"])
-        full = subprocess.run(f"{command} > /dev/full", shell=True, capture_output=True,
-                              text=True, timeout=300)
-        self.assertEqual(full.returncode, 1, full.stderr[-2000:])
-        self.assertRegex(full.stderr, r"psmm-score: cannot write the scores to stdout: No space "
-                                      r"left on device\n$")
-        self.assertNotIn("Traceback", full.stderr)
         done = subprocess.run(f"{command} | head -n 2; echo status ${{PIPESTATUS[0]}}",
                               shell=True, executable="/bin/bash", capture_output=True,
                               text=True, timeout=300)
