@@ -50,6 +50,9 @@ def check_export_base(export_base, version=None):
     holds saved_model.pb), where a version would be written inside another version, or (without
     a `version`) one that holds TF Serving's largest version; writes nothing.
 
+    Returns:
+        The version to write: `version`, or the base's `next_version`.
+
     Raises:
         ValueError: naming `export_base` (and for a version folder its parent, the folder of
             the versions).
@@ -63,8 +66,7 @@ def check_export_base(export_base, version=None):
             f"--export_base={export_base} is a SavedModel version folder (it holds "
             f"{SAVED_MODEL_FILE}); expected the folder of the versions: its parent, "
             f"--export_base={parent}?")
-    if version is None:
-        next_version(export_base)  # raises when none is left
+    return next_version(export_base) if version is None else version
 
 
 def check_max_tokens(max_tokens):
@@ -298,12 +300,11 @@ def export(model, vocabulary_file, export_base, version=None, model_name="psmm",
     `export_base`.
     """
     check_max_tokens(max_tokens)
-    check_export_base(export_base, version)
+    version = int(check_export_base(export_base, version))
     if os.path.islink(export_base) and not os.path.exists(export_base):
         raise FileNotFoundError(errno.ENOENT, "a symbolic link that leads nowhere (a loop, or "
                                 "its target is missing); expected the folder of the versions",
                                 export_base)
-    version = next_version(export_base) if version is None else int(version)
     if not 1 <= version <= MAX_VERSION:
         raise ValueError(f"version must be an integer in [1, 2**63) (TF Serving's int64 "
                          f"versions), got {version}.")
