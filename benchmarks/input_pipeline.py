@@ -1,6 +1,6 @@
 r"""Input-pipeline throughput against the `medium` model's training consumption.
 
-Iterates `psmm_tf.data.training_windows` over PTB train (from the shared copy) for a few seconds
+Iterates `psmm_tf.data.training_windows` over PTB train (`--data_dir`) for a few seconds
 per pointer-memory mode, alone, and reports elements/s, windows/s (one window = one stream's row
 of an element) and tokens/s. It then times real training steps of the `medium`
 `PointerSentinelLM` (forward, eq. 9 loss, gradients, global-norm clipping, SGD) fed with
@@ -13,15 +13,14 @@ Modes at the paper's settings (batch 32, L = 100):
   cache       C = 0,  T = 100 (memory of the previous window carried)
 
 Usage:
-  python benchmarks/input_pipeline.py
-  python benchmarks/input_pipeline.py --seconds=5 --train_steps=3 --jit=off
-  python benchmarks/input_pipeline.py --train_steps=0 --step_time_s=0.5
+  python benchmarks/input_pipeline.py --data_dir=/data/ptb
+  python benchmarks/input_pipeline.py --data_dir=/data/ptb --seconds=5 --train_steps=3 --jit=off
+  python benchmarks/input_pipeline.py --data_dir=/data/ptb --train_steps=0 --step_time_s=0.5
 """
 
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import keras
 import tensorflow as tf
@@ -29,10 +28,8 @@ from absl import app, flags
 
 from psmm_tf import data
 
-_SHARED_PTB = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb"
-
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", str(_SHARED_PTB), "Folder with ptb.train.txt[.gz].")
+flags.DEFINE_string("data_dir", None, "Folder with ptb.train.txt[.gz].", required=True)
 flags.DEFINE_list("modes", ["recompute", "cache"], "Pointer-memory modes to measure.")
 flags.DEFINE_integer("batch_size", 32, "Streams per batch (medium: 32).")
 flags.DEFINE_integer("window_size", 100, "Pointer window L (medium: 100).")
