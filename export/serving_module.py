@@ -111,9 +111,6 @@ def endpoint_specs(with_cache=False):
     }
 
 
-ENDPOINTS = endpoint_specs()  # of an export without a cache
-
-
 def _keyword_signature(method):
     """A `tf.function` taking an endpoint's inputs as keywords (the signature's form)."""
 

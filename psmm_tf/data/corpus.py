@@ -18,9 +18,10 @@ from typing import Iterable, Iterator, Union
 
 import numpy as np
 
+from psmm_tf.configs import SPLITS
+
 EOS_TOKEN = "<eos>"
 UNK_TOKEN = "<unk>"
-SPLITS = ("train", "valid", "test")
 
 # File names of each split, per dataset, in order of preference (the plain file wins over a
 # gzipped copy when both exist).

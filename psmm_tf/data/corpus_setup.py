@@ -15,8 +15,6 @@ from psmm_tf.data.spelling import spell_splits
 from psmm_tf.data.synthetic import write_synthetic_splits
 from psmm_tf.data.vocabulary import Vocabulary
 
-ROLES = ("train", "valid", "test")
-
 
 @dataclasses.dataclass
 class Corpus:
