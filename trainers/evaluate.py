@@ -34,7 +34,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "The training run to evaluate.")
 flags.DEFINE_string("baseline_workdir", None, "A run of the comparison model (e.g. the LSTM) "
                     "with the same vocabulary, for the word-frequency analysis.")
-flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split (role) to evaluate.")
+flags.DEFINE_enum("split", "test", list(configs.SPLITS), "Split (role) to evaluate.")
 flags.DEFINE_string("output_dir", None, "Where the report goes (default: "
                     "<workdir>/evaluation_<split>); it replaces an earlier report's files there.")
 flags.DEFINE_enum("model_source", "best", ["best", "latest"], "The run's model to evaluate: "
